@@ -190,7 +190,9 @@ func (c *Catalog) removeLocked(server string) {
 	if sd == nil {
 		return
 	}
-	gone := make(map[uint32]bool, len(sd.tools))
+	// A dense mark per doc id: the filter below visits every posting of
+	// each affected term, and common terms have thousands.
+	gone := make([]bool, len(c.docs))
 	terms := map[string]bool{}
 	for _, id := range sd.tools {
 		gone[id] = true
@@ -315,7 +317,7 @@ func newDoc(server string, t *mcp.Tool) (*doc, error) {
 		return nil, fmt.Errorf("encoding output schema: %w", err)
 	}
 	cp.Icons = slices.Clone(t.Icons)
-	pin, err := pinOf(&cp)
+	pin, err := pinPlain(&cp, cp.InputSchema, cp.OutputSchema)
 	if err != nil {
 		return nil, err
 	}

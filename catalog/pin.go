@@ -60,6 +60,11 @@ func pinOf(tool *mcp.Tool) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return pinPlain(tool, in, out)
+}
+
+// pinPlain pins tool with its schemas already decoded into plain JSON values.
+func pinPlain(tool *mcp.Tool, in, out any) (string, error) {
 	ct := canonicalTool{
 		Name:         tool.Name,
 		Title:        tool.Title,
