@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/mcpgate/mcpgate/apikey"
+	"github.com/mcpgate/mcpgate/config"
+	"github.com/mcpgate/mcpgate/server"
+	"github.com/mcpgate/mcpgate/store"
+)
+
+type command struct {
+	summary string
+	run     func(ctx context.Context, args []string) error
+}
+
+var commands map[string]command
+
+func init() {
+	commands = map[string]command{
+		"serve":   {"run the gateway", serve},
+		"migrate": {"apply database migrations and exit", migrate},
+		"version": {"print the version", func(context.Context, []string) error { fmt.Println(server.Version); return nil }},
+		"user":    {"break-glass: `user create --email E [--role admin|member] [--name N]`", userCmd},
+		"token":   {"break-glass: `token create --email E [--kind personal|agent] [--name N] [--expires-in 30d]`", tokenCmd},
+		"help":    {"show this help", func(context.Context, []string) error { usage(); return nil }},
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: mcpgate <command> [flags]\n\ncommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(os.Stderr, "  %-8s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(os.Stderr, "\nConfiguration comes from MCPGATE_* environment variables; see the README.")
+}
+
+func serve(ctx context.Context, _ []string) error {
+	return server.Run(ctx, os.Getenv, os.Stderr)
+}
+
+// openStore opens the database the way serve does, joining a private
+// PostgreSQL that a running gateway owns instead of starting a second one.
+func openStore(ctx context.Context) (*store.Store, func(), error) {
+	cfg, err := config.Load(os.Getenv, os.Geteuid())
+	if err != nil {
+		return nil, nil, err
+	}
+	log := server.NewLogger(io.Discard, "error")
+	db, err := server.OpenDatabase(ctx, cfg, log, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	sealer, err := server.LoadSecretKey(cfg, log)
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	return store.New(db.Pool, sealer), db.Close, nil
+}
+
+func migrate(ctx context.Context, _ []string) error {
+	cfg, err := config.Load(os.Getenv, os.Geteuid())
+	if err != nil {
+		return err
+	}
+	db, err := server.OpenDatabase(ctx, cfg, server.NewLogger(os.Stderr, cfg.LogLevel), true)
+	if err != nil {
+		return err
+	}
+	db.Close()
+	return nil
+}
+
+var cliActor = store.Actor{RequestID: "cli"}
+
+func userCmd(ctx context.Context, args []string) error {
+	if len(args) == 0 || args[0] != "create" {
+		return errors.New("usage: mcpgate user create --email E [--role admin|member] [--name N]")
+	}
+	fs := flag.NewFlagSet("user create", flag.ContinueOnError)
+	email := fs.String("email", "", "e-mail address (required)")
+	name := fs.String("name", "", "display name")
+	role := fs.String("role", "member", "admin or member")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if *email == "" || (*role != "admin" && *role != "member") {
+		return errors.New("--email is required and --role is admin or member")
+	}
+	st, closeDB, err := openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	u, err := st.CreateUser(ctx, cliActor, *email, *name, *role)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("created user %d (%s, %s)\n", u.ID, u.Email, u.Role)
+	return nil
+}
+
+func tokenCmd(ctx context.Context, args []string) error {
+	if len(args) == 0 || args[0] != "create" {
+		return errors.New("usage: mcpgate token create --email E [--kind personal|agent] [--name N] [--expires-in 30d]")
+	}
+	fs := flag.NewFlagSet("token create", flag.ContinueOnError)
+	email := fs.String("email", "", "the user's e-mail address (required)")
+	kind := fs.String("kind", apikey.Personal, "personal or agent")
+	name := fs.String("name", "break-glass", "token name")
+	ttl := fs.Duration("expires-in", 30*24*time.Hour, "lifetime, at most 8760h")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if *email == "" || (*kind != apikey.Personal && *kind != apikey.Agent) || *ttl <= 0 || *ttl > 365*24*time.Hour {
+		return errors.New("--email is required, --kind is personal or agent, --expires-in at most 8760h")
+	}
+	st, closeDB, err := openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	u, err := st.GetUserByEmail(ctx, *email)
+	if err != nil {
+		return fmt.Errorf("user %s: %w", *email, err)
+	}
+	key, err := apikey.New(*kind)
+	if err != nil {
+		return err
+	}
+	scopes := []string{"read", "write", "destructive"}
+	if *kind == apikey.Agent {
+		scopes = []string{"read"}
+	}
+	t, err := st.CreateToken(ctx, store.Actor{UserID: u.ID, RequestID: "cli"}, store.NewToken{
+		UserID: u.ID, Name: *name, Kind: *kind, Prefix: key.Display, Last4: key.Last4, Hash: key.Hash[:],
+		Scopes: scopes, Servers: []string{"*"}, ExpiresAt: time.Now().Add(*ttl).UTC().Truncate(time.Second),
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "created %s token %d for %s, expires %s; it is shown once:\n", t.Kind, t.ID, u.Email, t.ExpiresAt.Format(time.RFC3339))
+	fmt.Println(key.Plain)
+	return nil
+}

@@ -1,0 +1,241 @@
+package server
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mcpgate/mcpgate/config"
+	"github.com/mcpgate/mcpgate/isolation"
+	"github.com/mcpgate/mcpgate/migrations"
+	"github.com/mcpgate/mcpgate/pglocal"
+	"github.com/mcpgate/mcpgate/settings"
+	"github.com/mcpgate/mcpgate/store"
+)
+
+// Version is set at build time.
+var Version = "dev"
+
+// NewLogger makes the process's JSON logger.
+func NewLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level))
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+// Database is an open database, with the private server behind it if any.
+type Database struct {
+	Pool    *pgxpool.Pool
+	private *pglocal.Server
+}
+
+// Close closes the pool and stops a private server this process started.
+func (d *Database) Close() {
+	d.Pool.Close()
+	if d.private != nil {
+		d.private.Stop()
+	}
+}
+
+// OpenDatabase connects to MCPGATE_DATABASE_URL, or starts (attach: joins)
+// the private PostgreSQL in the data dir, and applies migrations.
+func OpenDatabase(ctx context.Context, cfg config.Config, log *slog.Logger, attach bool) (*Database, error) {
+	db := &Database{}
+	url := cfg.DatabaseURL
+	if url == "" {
+		if err := prepareDataDir(cfg.DataDir); err != nil {
+			return nil, err
+		}
+		opts := pglocal.Options{
+			Dir:          filepath.Join(cfg.DataDir, "pg"),
+			PasswordFile: filepath.Join(cfg.DataDir, "gateway", "pg.password"),
+			Durable:      true,
+			Log:          &slogWriter{log: log},
+		}
+		var (
+			pg  *pglocal.Server
+			err error
+		)
+		if attach {
+			if pg, err = pglocal.Attach(opts); err == nil {
+				url = pg.URL()
+			}
+		}
+		if url == "" {
+			log.Info("starting the private PostgreSQL", "dir", opts.Dir)
+			if pg, err = pglocal.Start(ctx, opts); err != nil {
+				return nil, err
+			}
+			db.private = pg
+			url = pg.URL()
+		}
+	}
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, errors.New("MCPGATE_DATABASE_URL: cannot be parsed") // the parse error may echo the password
+	}
+	if db.Pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("connecting to the database: %w", err)
+	}
+	applied, err := migrations.Up(ctx, db.Pool)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("migrating: %w", err)
+	}
+	if len(applied) > 0 {
+		log.Info("migrations applied", "files", applied)
+	}
+	return db, nil
+}
+
+// prepareDataDir lays out the data dir: gateway/ holds what only the gateway
+// may read (keys, passwords); pg/ the private cluster; sandboxes/ the
+// children's own dirs. The root must be passable for the database's user.
+func prepareDataDir(dir string) error {
+	if err := os.MkdirAll(filepath.Join(dir, "gateway"), 0o700); err != nil {
+		return fmt.Errorf("MCPGATE_DATA_DIR: %w", err)
+	}
+	if err := os.Chmod(filepath.Join(dir, "gateway"), 0o700); err != nil {
+		return err
+	}
+	if os.Geteuid() == 0 {
+		if err := os.Chmod(dir, 0o711); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type slogWriter struct{ log *slog.Logger }
+
+func (w *slogWriter) Write(b []byte) (int, error) {
+	w.log.Info("postgres", "line", string(trimNL(b)))
+	return len(b), nil
+}
+
+func trimNL(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// Host probes are filled in by the isolation runners; HostProbe is the hook.
+var HostProbe = func(ctx context.Context) (isolation.Host, string) { return isolation.Host{}, "" }
+
+// Run serves one replica until ctx ends.
+func Run(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
+	cfg, err := config.Load(getenv, os.Geteuid())
+	if err != nil {
+		return err
+	}
+	log := NewLogger(stderr, cfg.LogLevel)
+	if cfg.ReplicaID == "" {
+		b := make([]byte, 4)
+		rand.Read(b)
+		host, _ := os.Hostname()
+		cfg.ReplicaID = fmt.Sprintf("%s-%s", host, hex.EncodeToString(b))
+	}
+	db, err := OpenDatabase(ctx, cfg, log, false)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+
+	sealer, err := LoadSecretKey(cfg, log)
+	if err != nil {
+		return err
+	}
+	st := store.New(db.Pool, sealer)
+	if fsync, sc, err := st.DurabilitySettings(ctx); err == nil && (fsync != "on" || sc == "off") {
+		log.Warn("the database may lose acknowledged writes in a crash", "fsync", fsync, "synchronous_commit", sc)
+	}
+
+	host, dockerAPI := HostProbe(ctx)
+	log.Info("host isolation", "landlock_abi", host.LandlockABI, "docker_available", host.DockerAvailable, "docker_api", dockerAPI)
+	if wrote, err := st.InitSetting(ctx, settings.Key, settings.Defaults(isolation.DefaultGlobal(host))); err != nil {
+		return fmt.Errorf("initialising settings: %w", err)
+	} else if wrote {
+		log.Info("first start: global isolation mode chosen", "global_mode", isolation.DefaultGlobal(host))
+	}
+
+	sessionKey, err := loadSessionKey(filepath.Join(cfg.DataDir, "gateway", "session.key"))
+	if err != nil {
+		return err
+	}
+	srv, err := New(Options{
+		Store: st, Log: log, AdminToken: cfg.AdminToken, ReplicaID: cfg.ReplicaID, Version: Version,
+		HostFunc: func() isolation.Host { return host }, DockerAPIVersion: func() string { return dockerAPI },
+		JWT: JWTOptions{SessionKey: sessionKey, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, JWKSURL: cfg.JWKSURL},
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("MCPGATE_LISTEN: %w", err)
+	}
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	log.Info("serving", "addr", ln.Addr().String(), "replica_id", cfg.ReplicaID, "version", Version)
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	defer cancel()
+	return hs.Shutdown(shutdownCtx)
+}
+
+// loadSessionKey reads the Ed25519 key that signs session JWTs, making it
+// on first start.
+func loadSessionKey(path string) (ed25519.PrivateKey, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		_, key, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			return nil, err
+		}
+		der, err := x509.MarshalPKCS8PrivateKey(key)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+			return nil, fmt.Errorf("writing the session key: %w", err)
+		}
+		return key, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("reading the session key: %w", err)
+	}
+	block, _ := pem.Decode(b)
+	if block == nil {
+		return nil, fmt.Errorf("session key %s: not PEM", path)
+	}
+	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("session key %s: %w", path, err)
+	}
+	key, ok := k.(ed25519.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("session key %s: not an Ed25519 key", path)
+	}
+	return key, nil
+}

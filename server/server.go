@@ -1,0 +1,258 @@
+// Package server is mcpgate's HTTP surface: the REST API under /api/v1, the
+// health endpoints, authentication, and the one place where errors become
+// problem responses.
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+
+	"github.com/mcpgate/mcpgate/isolation"
+	"github.com/mcpgate/mcpgate/migrations"
+	"github.com/mcpgate/mcpgate/openapi"
+	"github.com/mcpgate/mcpgate/store"
+)
+
+// MaxBodyBytes bounds every REST request body.
+const MaxBodyBytes = 1 << 20
+
+// Options are what the HTTP surface needs from the process that runs it.
+type Options struct {
+	Store      *store.Store
+	Log        *slog.Logger
+	AdminToken string // bootstrap admin token; "" disables it
+	ReplicaID  string
+	Version    string
+	// HostFunc reports what the host offers for isolation, probed at start.
+	HostFunc         func() isolation.Host
+	DockerAPIVersion func() string
+	JWT              JWTOptions
+	// ExtraArgs validates isolation.extra_args (the Docker runner's set).
+	ExtraArgs ExtraArgsFunc
+}
+
+// Server serves the HTTP API of one replica.
+type Server struct {
+	store          *store.Store
+	log            *slog.Logger
+	api            *openapi.Validator
+	adminTokenHash []byte
+	replicaID      string
+	version        string
+	host           func() isolation.Host
+	dockerAPI      func() string
+	jwt            *jwtVerifier
+	extraArgs      ExtraArgsFunc
+}
+
+// New builds the HTTP surface.
+func New(opts Options) (*Server, error) {
+	api, err := openapi.Load()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		store: opts.Store, log: opts.Log, api: api, replicaID: opts.ReplicaID, version: opts.Version,
+		host: opts.HostFunc, dockerAPI: opts.DockerAPIVersion, extraArgs: opts.ExtraArgs,
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.host == nil {
+		s.host = func() isolation.Host { return isolation.Host{} }
+	}
+	if s.dockerAPI == nil {
+		s.dockerAPI = func() string { return "" }
+	}
+	if opts.AdminToken != "" {
+		h := sha256.Sum256([]byte(opts.AdminToken))
+		s.adminTokenHash = h[:]
+	}
+	if opts.JWT.SessionKey != nil || opts.JWT.Issuer != "" {
+		s.jwt = newJWTVerifier(opts.JWT, opts.Store)
+	}
+	return s, nil
+}
+
+// Handler returns the routes of the replica.
+func (s *Server) Handler() http.Handler {
+	r := chi.NewRouter()
+	r.Use(s.requestID, s.logRequests, s.recoverer)
+	r.NotFound(s.handle(func(http.ResponseWriter, *http.Request) error {
+		return newProblem(http.StatusNotFound, "no such route")
+	}))
+	r.MethodNotAllowed(s.handle(func(http.ResponseWriter, *http.Request) error {
+		return newProblem(http.StatusMethodNotAllowed, "method not allowed on this route")
+	}))
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	r.Get("/readyz", s.handle(s.readyz))
+
+	r.Route("/api/v1", func(r chi.Router) {
+		r.Get("/openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/yaml")
+			w.Write(openapi.Spec)
+		})
+		r.Group(func(r chi.Router) {
+			r.Use(s.limitBody, s.authenticate, s.validate)
+			r.Get("/status", s.handle(s.getStatus))
+			r.Get("/me", s.handle(s.getMe))
+
+			r.Get("/users", s.handle(s.listUsers))
+			r.Post("/users", s.handle(s.createUser))
+			r.Get("/users/{id}", s.handle(s.getUser))
+			r.Patch("/users/{id}", s.handle(s.updateUser))
+			r.Delete("/users/{id}", s.handle(s.deleteUser))
+
+			r.Get("/tokens", s.handle(s.listTokens))
+			r.Post("/tokens", s.handle(s.createToken))
+			r.Get("/tokens/{id}", s.handle(s.getToken))
+			r.Delete("/tokens/{id}", s.handle(s.revokeToken))
+
+			r.Get("/servers", s.handle(s.listServers))
+			r.Post("/servers", s.handle(s.createServer))
+			r.Get("/servers/{name}", s.handle(s.getServer))
+			r.Patch("/servers/{name}", s.handle(s.updateServer))
+			r.Delete("/servers/{name}", s.handle(s.deleteServer))
+			r.Post("/servers/{name}/restart", s.handle(s.restartServer))
+			r.Post("/servers/{name}/approve", s.handle(s.approveServer))
+			r.Post("/servers/{name}/quarantine", s.handle(s.quarantineServer))
+			r.Get("/servers/{name}/tools", s.handle(s.listServerTools))
+			r.Get("/servers/{name}/logs", s.handle(s.getServerLogs))
+
+			r.Get("/tools", s.handle(s.searchTools))
+			r.Get("/config", s.handle(s.getConfig))
+			r.Patch("/config", s.handle(s.updateConfig))
+			r.Get("/activity", s.handle(s.listActivity))
+		})
+	})
+	return r
+}
+
+// Routes lists every API route as "METHOD /path", for the authorization
+// matrix test's inventory.
+func (s *Server) Routes() []string {
+	var out []string
+	chi.Walk(s.Handler().(chi.Routes), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		out = append(out, method+" "+route)
+		return nil
+	})
+	return out
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.store.Ping(ctx); err != nil {
+		return &Problem{Title: "Service Unavailable", Status: http.StatusServiceUnavailable, Detail: "database unreachable", cause: err}
+	}
+	pending, err := migrations.Pending(ctx, s.store.Pool())
+	if err != nil || len(pending) > 0 {
+		return &Problem{Title: "Service Unavailable", Status: http.StatusServiceUnavailable, Detail: "migrations not applied", cause: err}
+	}
+	return writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+type requestIDKey struct{}
+
+func requestID(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey{}).(string)
+	return id
+}
+
+// requestID echoes a sane X-Request-Id or makes one, so a client's id can be
+// followed through our logs and the activity log.
+func (s *Server) requestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("X-Request-Id")
+		if !saneID(id) {
+			b := make([]byte, 12)
+			rand.Read(b)
+			id = hex.EncodeToString(b)
+		}
+		w.Header().Set("X-Request-Id", id)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)))
+	})
+}
+
+func saneID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for _, c := range id {
+		if c < 0x21 || c > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Server) logRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		next.ServeHTTP(ww, r)
+		s.log.LogAttrs(r.Context(), slog.LevelInfo, "http request",
+			slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			slog.Int("status", ww.Status()), slog.Duration("duration", time.Since(start)),
+			slog.String("request_id", requestID(r.Context())))
+	})
+}
+
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.ErrorContext(r.Context(), "panic", "value", v, "stack", string(debug.Stack()), "request_id", requestID(r.Context()))
+				s.writeProblem(w, r, errors.New("panic"))
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// limitBody reads the whole body up front, so an oversized one is a 413
+// before anything else looks at it.
+func (s *Server) limitBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != nil && r.Body != http.NoBody {
+			b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+			if err != nil {
+				s.writeProblem(w, r, err)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(b))
+			r.ContentLength = int64(len(b))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) validate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if _, _, err := s.api.ValidateRequest(r); err != nil {
+			s.writeProblem(w, r, err)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,282 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/mcpgate/mcpgate/isolation"
+	"github.com/mcpgate/mcpgate/settings"
+	"github.com/mcpgate/mcpgate/store"
+)
+
+// config returns the runtime settings, or the defaults before any are stored.
+func (s *Server) config(ctx context.Context) (settings.Config, error) {
+	cfg := s.defaults()
+	err := s.store.GetSetting(ctx, settings.Key, &cfg)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+func (s *Server) defaults() settings.Config {
+	return settings.Defaults(isolation.DefaultGlobal(s.host()))
+}
+
+func (s *Server) view(ctx context.Context, srv store.Server) (serverView, error) {
+	cfg, err := s.config(ctx)
+	if err != nil {
+		return serverView{}, err
+	}
+	return viewServer(srv, resolveIsolation(srv, cfg.Isolation.GlobalMode, s.host())), nil
+}
+
+// visibleServer loads a server the principal may see; anything else is 404.
+func (s *Server) visibleServer(r *http.Request) (store.Server, error) {
+	p := principal(r.Context())
+	name := chi.URLParam(r, "name")
+	if !p.AllowsServer(name) {
+		return store.Server{}, notFound("server")
+	}
+	srv, err := s.store.GetServer(r.Context(), p.Scope(), name)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Server{}, notFound("server")
+	}
+	return srv, err
+}
+
+// canManage says whether p may change srv: admins may change any, members
+// their own personal servers.
+func canManage(p *Principal, srv store.Server) error {
+	if p.IsAdmin() {
+		return nil
+	}
+	if srv.Shared || srv.OwnerID != p.User.ID {
+		return forbidden("shared servers are changed by admins only")
+	}
+	return nil
+}
+
+// manageableServer loads a server the principal may change.
+func (s *Server) manageableServer(r *http.Request) (store.Server, error) {
+	p := principal(r.Context())
+	if err := requireUser(p); err != nil {
+		return store.Server{}, err
+	}
+	srv, err := s.visibleServer(r)
+	if err != nil {
+		return srv, err
+	}
+	return srv, canManage(p, srv)
+}
+
+// checkMemberIsolation keeps a member's stdio server from running unconfined.
+func (s *Server) checkMemberIsolation(ctx context.Context, srv store.Server) error {
+	if srv.Protocol != "stdio" {
+		return nil
+	}
+	owner, err := s.store.GetUser(ctx, srv.OwnerID)
+	if err != nil {
+		return err
+	}
+	if owner.Role == "admin" {
+		return nil
+	}
+	cfg, err := s.config(ctx)
+	if err != nil {
+		return err
+	}
+	eff := resolveIsolation(srv, cfg.Isolation.GlobalMode, s.host())
+	if eff.Mode == isolation.None {
+		return forbidden("a member's stdio server must run isolated, but this one resolves to mode none (%s); "+
+			"leave isolation.enabled_override and isolation.mode_override unset or choose docker or sandbox", eff.Source)
+	}
+	return nil
+}
+
+func (s *Server) listServers(w http.ResponseWriter, r *http.Request) error {
+	p := principal(r.Context())
+	list, err := s.store.ListServers(r.Context(), p.Scope())
+	if err != nil {
+		return err
+	}
+	cfg, err := s.config(r.Context())
+	if err != nil {
+		return err
+	}
+	host := s.host()
+	out := make([]serverView, 0, len(list))
+	for _, srv := range list {
+		if p.AllowsServer(srv.Name) {
+			out = append(out, viewServer(srv, resolveIsolation(srv, cfg.Isolation.GlobalMode, host)))
+		}
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"servers": out})
+}
+
+func (s *Server) getServer(w http.ResponseWriter, r *http.Request) error {
+	srv, err := s.visibleServer(r)
+	if err != nil {
+		return err
+	}
+	v, err := s.view(r.Context(), srv)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, v)
+}
+
+func (s *Server) createServer(w http.ResponseWriter, r *http.Request) error {
+	p := principal(r.Context())
+	if err := requireUser(p); err != nil {
+		return err
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return err
+	}
+	srv, err := decodeServerCreate(body, p.IsAdmin())
+	if err != nil {
+		return err
+	}
+	srv.OwnerID = p.User.ID
+	if err := checkServer(&srv, s.extraArgs); err != nil {
+		return err
+	}
+	if err := s.checkMemberIsolation(r.Context(), srv); err != nil {
+		return err
+	}
+	created, err := s.store.CreateServer(r.Context(), p.Actor(r.Context()), srv)
+	if err != nil {
+		return err
+	}
+	v, err := s.view(r.Context(), created)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Location", "/api/v1/servers/"+created.Name)
+	return writeJSON(w, http.StatusCreated, v)
+}
+
+func (s *Server) updateServer(w http.ResponseWriter, r *http.Request) error {
+	p := principal(r.Context())
+	if _, err := s.manageableServer(r); err != nil {
+		return err
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return err
+	}
+	patch, err := decodeServerPatch(body)
+	if err != nil {
+		return err
+	}
+	if patch.Shared.IsSpecified() && !p.IsAdmin() {
+		return badRequest("%s", describeChange("shared"))
+	}
+	updated, err := s.store.UpdateServer(r.Context(), p.Actor(r.Context()), p.Scope(), chi.URLParam(r, "name"), "server.update",
+		func(cur *store.Server) error {
+			next := applyServerPatch(*cur, patch)
+			if err := checkServer(&next, s.extraArgs); err != nil {
+				return err
+			}
+			if err := s.checkMemberIsolation(r.Context(), next); err != nil {
+				return err
+			}
+			*cur = next
+			return nil
+		})
+	if err != nil {
+		return err
+	}
+	v, err := s.view(r.Context(), updated)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, v)
+}
+
+func (s *Server) deleteServer(w http.ResponseWriter, r *http.Request) error {
+	p := principal(r.Context())
+	srv, err := s.manageableServer(r)
+	if err != nil {
+		return err
+	}
+	if err := s.store.DeleteServer(r.Context(), p.Actor(r.Context()), p.Scope(), srv.Name); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) restartServer(w http.ResponseWriter, r *http.Request) error {
+	p := principal(r.Context())
+	srv, err := s.manageableServer(r)
+	if err != nil {
+		return err
+	}
+	// Every replica listens for server changes and reconnects on this one.
+	if err := s.store.RecordServerAction(r.Context(), p.Actor(r.Context()), "server.restart", srv.Name); err != nil {
+		return err
+	}
+	v, err := s.view(r.Context(), srv)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusAccepted, v)
+}
+
+func (s *Server) setQuarantine(w http.ResponseWriter, r *http.Request, quarantined bool) error {
+	p := principal(r.Context())
+	srv, err := s.manageableServer(r)
+	if err != nil {
+		return err
+	}
+	action := "server.approve"
+	if quarantined {
+		action = "server.quarantine"
+	}
+	updated, err := s.store.UpdateServer(r.Context(), p.Actor(r.Context()), p.Scope(), srv.Name, action, func(cur *store.Server) error {
+		cur.Quarantined = quarantined
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	v, err := s.view(r.Context(), updated)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, v)
+}
+
+func (s *Server) approveServer(w http.ResponseWriter, r *http.Request) error {
+	return s.setQuarantine(w, r, false)
+}
+
+func (s *Server) quarantineServer(w http.ResponseWriter, r *http.Request) error {
+	return s.setQuarantine(w, r, true)
+}
+
+func (s *Server) listServerTools(w http.ResponseWriter, r *http.Request) error {
+	if _, err := s.visibleServer(r); err != nil {
+		return err
+	}
+	// The live catalog arrives with the gateway core; the store knows no tools yet.
+	return writeJSON(w, http.StatusOK, map[string]any{"tools": []any{}})
+}
+
+func (s *Server) getServerLogs(w http.ResponseWriter, r *http.Request) error {
+	if _, err := s.manageableServer(r); err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"lines": []string{}})
+}
+
+func (s *Server) searchTools(w http.ResponseWriter, r *http.Request) error {
+	return writeJSON(w, http.StatusOK, map[string]any{"tools": []any{}})
+}
