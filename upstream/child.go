@@ -259,7 +259,7 @@ type processChild struct {
 }
 
 func (c *processChild) Stdin() io.WriteCloser { return c.stdin }
-func (c *processChild) Stdout() io.Reader      { return c.stdout }
+func (c *processChild) Stdout() io.Reader     { return c.stdout }
 
 // Pid returns the child's pid, which is also its process group id.
 func (c *processChild) Pid() int { return c.pid }

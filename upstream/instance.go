@@ -73,7 +73,8 @@ type Config struct {
 	InitTimeout    time.Duration // launch, initialize and first tools/list; default 60 s
 	CallTimeout    time.Duration // per tools/call; default 5 min
 	MaxConcurrency int           // calls in flight at once; default 16
-	KeepAlive      time.Duration // ping interval (stdio only in practice); 0: no pings
+	KeepAlive      time.Duration // ping interval; a missed ping ends the session (and so restarts the child); 0: no pings
+	KeepAliveMiss  int           // consecutive missed pings tolerated before that; default 1
 	MaxFrameBytes  int           // largest stdio JSON-RPC frame; default 32 MiB
 	StopTimeout    time.Duration // bound on tearing a dead or replaced session down; default 15 s
 	LogSize        int           // stderr bytes kept; default DefaultLogRingSize
@@ -585,7 +586,8 @@ func (i *Instance) connect(ctx context.Context) (*session, error) {
 			default: // a re-list is already due
 			}
 		},
-		KeepAlive: i.cfg.KeepAlive,
+		KeepAlive:                 i.cfg.KeepAlive,
+		KeepAliveFailureThreshold: i.cfg.KeepAliveMiss,
 	})
 	var (
 		tr    mcp.Transport

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"runtime"
 	"slices"
 	"strconv"
@@ -476,3 +477,130 @@ func TestHeaderTransportOrigins(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestG3UnresponsiveChildRestarted: a child that stops answering pings (here
+// SIGSTOPped) loses its session and is replaced.
+func TestG3UnresponsiveChildRestarted(t *testing.T) {
+	l := newRecordingLauncher()
+	inst := startEcho(t, Config{
+		KeepAlive: 200 * time.Millisecond,
+		Backoff:   Backoff{Initial: 20 * time.Millisecond},
+	}, l)
+	pgid := pidOf(t, l.next(t))
+	if err := syscall.Kill(-pgid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	st := waitStatus(t, inst, 20*time.Second, func(s Status) bool { return s.State == StateReady && s.Starts == 2 })
+	groupGone(t, pgid)
+	if res, err := inst.Call(context.Background(), "echo", json.RawMessage(`{"text":"awake"}`)); err != nil || textOf(t, res) != "awake" {
+		t.Fatalf("call after the replacement: %v, %v", res, err)
+	}
+	t.Logf("replaced; status %+v", st)
+}
+
+// TestG8NoLeaks: start/stop cycles leave goroutines and file descriptors
+// where they were.
+func TestG8NoLeaks(t *testing.T) {
+	countFDs := func() int {
+		entries, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(entries)
+	}
+	cycle := func() {
+		inst := startEcho(t, Config{}, &ProcessLauncher{})
+		if _, err := inst.Call(context.Background(), "echo", json.RawMessage(`{"text":"x"}`)); err != nil {
+			t.Fatal(err)
+		}
+		closeInstance(t, inst)
+	}
+	cycle() // warm up: the test binary's one-time goroutines and files
+	baseG, baseFD := runtime.NumGoroutine(), countFDs()
+	const cycles = 50
+	for range cycles {
+		cycle()
+	}
+	eventually(t, 10*time.Second, "goroutines and fds back to baseline", func() bool {
+		return runtime.NumGoroutine() <= baseG+5 && countFDs() <= baseFD+5
+	})
+	t.Logf("after %d cycles: goroutines %d (baseline %d), fds %d (baseline %d)",
+		cycles, runtime.NumGoroutine(), baseG, countFDs(), baseFD)
+}
+
+// TestRemoteSessionLostReconnects: the upstream forgets the session (a
+// restarted server answers 404); the instance notices and reconnects.
+func TestRemoteSessionLostReconnects(t *testing.T) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "flaky", Version: "1"}, nil)
+	mcp.AddTool(srv, &mcp.Tool{Name: "echo"}, func(_ context.Context, _ *mcp.CallToolRequest, in struct {
+		Text string `json:"text"`
+	}) (*mcp.CallToolResult, struct{}, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: in.Text}}}, struct{}{}, nil
+	})
+	newHandler := func() http.Handler {
+		return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
+	}
+	var mu sync.Mutex
+	h := newHandler()
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		cur := h
+		mu.Unlock()
+		cur.ServeHTTP(w, r)
+	}))
+	defer hs.Close()
+
+	inst := NewInstance(Config{Name: "flaky", URL: hs.URL, Backoff: Backoff{Initial: 20 * time.Millisecond}}, nil)
+	inst.Start()
+	defer closeInstance(t, inst)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := inst.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	h = newHandler() // the old session is unknown to it
+	mu.Unlock()
+	hs.CloseClientConnections() // ends the standalone GET stream
+	// The next call may fail, but the instance must come back by itself.
+	_, _ = inst.Call(ctx, "echo", json.RawMessage(`{"text":"x"}`))
+	waitStatus(t, inst, 20*time.Second, func(s Status) bool { return s.State == StateReady && s.Starts == 2 })
+	if res, err := inst.Call(ctx, "echo", json.RawMessage(`{"text":"reconnected"}`)); err != nil || textOf(t, res) != "reconnected" {
+		t.Fatalf("call after reconnect: %v, %v", res, err)
+	}
+}
+
+func BenchmarkCallStdio(b *testing.B) {
+	inst := NewInstance(Config{Name: "bench", Command: testbin.Build(b, "internal/cmd/mcpecho")}, &Options{Launcher: &ProcessLauncher{}})
+	inst.Start()
+	defer inst.Close(context.Background())
+	ctx := context.Background()
+	if err := inst.WaitReady(ctx); err != nil {
+		b.Fatal(err)
+	}
+	args := json.RawMessage(`{"text":"bench"}`)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := inst.Call(ctx, "echo", args); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+func BenchmarkStartStopStdio(b *testing.B) {
+	bin := testbin.Build(b, "internal/cmd/mcpecho")
+	ctx := context.Background()
+	for b.Loop() {
+		inst := NewInstance(Config{Name: "bench", Command: bin}, &Options{Launcher: &ProcessLauncher{}})
+		inst.Start()
+		if err := inst.WaitReady(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if err := inst.Close(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

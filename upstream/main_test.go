@@ -13,6 +13,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) == "parent" {
+		runParentHelper()
+		return
+	}
 	// Adopt orphaned grandchildren so that Stop can reap them and the /proc
 	// scans below see no zombie of a stopped group.
 	if err := BecomeSubreaper(); err != nil {
