@@ -37,8 +37,9 @@ type world struct {
 	udpAddr     string
 }
 
-func newWorld(t *testing.T) *world {
+func newWorld(t testing.TB) *world {
 	t.Helper()
+	need(t, os.Geteuid() == 0, "the sandbox fixture chowns to uid %d and needs root", nobody)
 	base, err := os.MkdirTemp("", "mcpgate-sandbox-")
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +107,7 @@ func (w *world) policy(d sandbox.Dirs, uid uint32) sandbox.Policy {
 	}
 }
 
-func mkdir(t *testing.T, p string, mode os.FileMode) {
+func mkdir(t testing.TB, p string, mode os.FileMode) {
 	t.Helper()
 	if err := os.MkdirAll(p, mode); err != nil {
 		t.Fatal(err)
@@ -116,7 +117,7 @@ func mkdir(t *testing.T, p string, mode os.FileMode) {
 	}
 }
 
-func writeFile(t *testing.T, p string, mode os.FileMode, content string) {
+func writeFile(t testing.TB, p string, mode os.FileMode, content string) {
 	t.Helper()
 	if err := os.WriteFile(p, []byte(content), mode); err != nil {
 		t.Fatal(err)
@@ -126,7 +127,7 @@ func writeFile(t *testing.T, p string, mode os.FileMode, content string) {
 	}
 }
 
-func unixListener(t *testing.T, path string) string {
+func unixListener(t testing.TB, path string) string {
 	t.Helper()
 	ln, err := net.Listen("unix", path)
 	if err != nil {

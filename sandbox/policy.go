@@ -11,6 +11,7 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -232,6 +233,12 @@ func readGrants(dataDir string) ([]string, error) {
 	dir := "/"
 	for _, part := range strings.Split(strings.TrimPrefix(data, "/"), "/") {
 		entries, err := os.ReadDir(dir)
+		if errors.Is(err, fs.ErrPermission) {
+			// Unlistable by this uid: grant none of its siblings, which
+			// errs on the side of less access.
+			dir = filepath.Join(dir, part)
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("listing %s: %w", dir, err)
 		}
