@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 )
 
 // headerTransport adds a server's configured headers (often credentials) to
@@ -16,6 +17,9 @@ type headerTransport struct {
 	scheme  string
 	host    string // host[:port] as in the configured URL
 	headers map[string]string
+
+	mu      sync.Mutex
+	refusal error // the first refused request, which the SDK's error may hide
 }
 
 func newHeaderTransport(base http.RoundTripper, endpoint string, headers map[string]string) (*headerTransport, error) {
@@ -40,8 +44,14 @@ func (t *headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if req.Body != nil {
 			req.Body.Close()
 		}
-		return nil, fmt.Errorf("upstream sent the client to %s://%s, outside its configured origin %s://%s",
+		err := fmt.Errorf("upstream sent the client to %s://%s, outside its configured origin %s://%s",
 			req.URL.Scheme, req.URL.Host, t.scheme, t.host)
+		t.mu.Lock()
+		if t.refusal == nil {
+			t.refusal = err
+		}
+		t.mu.Unlock()
+		return nil, err
 	}
 	if len(t.headers) == 0 {
 		return t.base.RoundTrip(req)
@@ -64,4 +74,10 @@ func canonicalHost(u *url.URL) string {
 		return "[" + host + "]:" + port
 	}
 	return host + ":" + port
+}
+
+func (t *headerTransport) refused() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.refusal
 }

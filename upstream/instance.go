@@ -571,7 +571,11 @@ func (i *Instance) connect(ctx context.Context) (*session, error) {
 			t.Stop()
 		}
 		if s.isDead() && ctx.Err() == nil {
-			err = fmt.Errorf("%w (%v)", err, s.err)
+			if errors.Is(err, context.Canceled) {
+				err = fmt.Errorf("initializing: %w", s.err) // the cancel's reason is the news
+			} else {
+				err = fmt.Errorf("%w (%v)", err, s.err)
+			}
 		}
 		s.teardownBounded(i.cfg.StopTimeout, err)
 		return nil, err
@@ -592,6 +596,7 @@ func (i *Instance) connect(ctx context.Context) (*session, error) {
 	var (
 		tr    mcp.Transport
 		sopts *mcp.ClientSessionOptions
+		ht    *headerTransport
 	)
 	switch i.cfg.Protocol {
 	case ProtocolStdio:
@@ -624,7 +629,8 @@ func (i *Instance) connect(ctx context.Context) (*session, error) {
 		tr = &mcp.IOTransport{Reader: rc, Writer: child.Stdin(), MaxLineLength: i.cfg.MaxFrameBytes}
 		sopts = &mcp.ClientSessionOptions{ProtocolVersion: StdioProtocolVersion}
 	case ProtocolStreamableHTTP, ProtocolSSE:
-		ht, err := newHeaderTransport(i.opts.HTTPTransport, i.cfg.URL, i.cfg.Headers)
+		var err error
+		ht, err = newHeaderTransport(i.opts.HTTPTransport, i.cfg.URL, i.cfg.Headers)
 		if err != nil {
 			return fail(err)
 		}
@@ -642,6 +648,9 @@ func (i *Instance) connect(ctx context.Context) (*session, error) {
 
 	cs, err := client.Connect(sessCtx, tr, sopts)
 	if err != nil {
+		if ht != nil && ht.refused() != nil {
+			err = ht.refused() // the cause; the SDK reports only the closed connection
+		}
 		return fail(fmt.Errorf("initializing: %w", err))
 	}
 	s.cs = cs

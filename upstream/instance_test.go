@@ -604,3 +604,20 @@ func BenchmarkStartStopStdio(b *testing.B) {
 		}
 	}
 }
+
+func TestInitTimeout(t *testing.T) {
+	sh := shell(t)
+	// Reads its stdin and never answers.
+	inst := NewInstance(Config{Name: "mute", Command: sh, Args: []string{"-c", "cat >/dev/null"}, InitTimeout: 300 * time.Millisecond},
+		&Options{Launcher: newRecordingLauncher()})
+	inst.Start()
+	defer closeInstance(t, inst)
+	start := time.Now()
+	err := inst.WaitReady(context.Background())
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "no answer within 300ms") {
+		t.Fatalf("WaitReady = %v, want a timeout naming 300ms", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the init timeout took %v", d)
+	}
+}
