@@ -281,6 +281,18 @@ func (s *Supervisor) Acquire(ctx context.Context, key string) (*Instance, func()
 	}
 	if start {
 		e.inst.Start()
+		// Reconcile or Close may have dropped the entry meanwhile, and
+		// closed its instance before this Start: close it again.
+		s.mu.Lock()
+		stale := s.closed || s.entries[key] != e
+		s.mu.Unlock()
+		if stale {
+			s.release(e)
+			if err := e.inst.Close(ctx); err != nil {
+				s.opts.Logger.Warn("stopping a dropped upstream", "key", key, "err", err)
+			}
+			return nil, nil, fmt.Errorf("upstream %q: %w", key, ErrStopped)
+		}
 	}
 	var once sync.Once
 	return e.inst, func() { once.Do(func() { s.release(e) }) }, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -222,4 +223,50 @@ func TestSupervisorOwnerCap(t *testing.T) {
 	if live != 2 {
 		t.Errorf("%d of alice's instances live, cap 2", live)
 	}
+}
+
+// TestSupervisorChurn races calls, reconciles and idle stops; afterwards no
+// child of any of them survives Close.
+func TestSupervisorChurn(t *testing.T) {
+	l := newRecordingLauncher()
+	l.launched = make(chan Child, 1000)
+	s := NewSupervisor(&SupervisorOptions{Launcher: l, MaxLivePerOwner: 2, IdleTimeout: 20 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	set := func(version string) []Desired {
+		ds := []Desired{echoDesired(t, "a", "alice", true), echoDesired(t, "b", "alice", true), echoDesired(t, "c", "alice", true)}
+		ds[2].Config.Env = map[string]string{"MCPECHO_DESCRIPTION_SUFFIX": version}
+		return ds
+	}
+	if err := s.Reconcile(ctx, set("v0")); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for g := range 6 {
+		wg.Go(func() {
+			for n := range 15 {
+				key := []string{"a", "b", "c"}[(g+n)%3]
+				_, err := s.Call(ctx, key, "echo", json.RawMessage(`{"text":"churn"}`))
+				if err != nil && !errors.Is(err, ErrOwnerLimit) && !errors.Is(err, ErrStopped) && !errors.Is(err, ErrUnavailable) {
+					t.Errorf("call %s: %v", key, err)
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for v := range 5 {
+			if err := s.Reconcile(ctx, set(fmt.Sprint("v", v+1))); err != nil {
+				t.Errorf("reconcile: %v", err)
+			}
+		}
+	})
+	wg.Wait()
+	closeSupervisor(t, s)
+	close(l.launched)
+	n := 0
+	for c := range l.launched {
+		n++
+		groupGone(t, pidOf(t, c))
+	}
+	t.Logf("%d children started and gone", n)
 }
