@@ -1,10 +1,12 @@
 package upstream
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -67,6 +69,9 @@ func TestStdioEcho(t *testing.T) {
 	inst := startEcho(t, Config{}, l)
 	pgid := pidOf(t, l.next(t))
 
+	if v := inst.sess.cs.InitializeResult().ProtocolVersion; v != StdioProtocolVersion {
+		t.Errorf("negotiated %q over stdio, want the pinned %q", v, StdioProtocolVersion)
+	}
 	st := inst.Status()
 	if st.State != StateReady || st.ToolCount != 4 || st.ConnectedSince.IsZero() || st.Starts != 1 {
 		t.Errorf("status = %+v, want ready with 4 tools, connected, 1 start", st)
@@ -298,7 +303,8 @@ type upstreamServer struct {
 	srv  *mcp.Server
 	http *httptest.Server
 	mu   sync.Mutex
-	seen []string // X-Api-Key of each request
+	seen []string        // X-Api-Key of each request
+	caps json.RawMessage // client capabilities as sent in initialize
 }
 
 func newUpstreamServer(t *testing.T, sse bool) *upstreamServer {
@@ -316,8 +322,20 @@ func newUpstreamServer(t *testing.T, sse bool) *upstreamServer {
 		h = mcp.NewSSEHandler(get, nil)
 	}
 	u.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body []byte
+		if r.Body != nil {
+			body, _ = io.ReadAll(r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		var msg struct {
+			Method string
+			Params struct{ Capabilities json.RawMessage }
+		}
 		u.mu.Lock()
 		u.seen = append(u.seen, r.Method+" "+r.Header.Get("X-Api-Key"))
+		if json.Unmarshal(body, &msg) == nil && msg.Method == "initialize" {
+			u.caps = msg.Params.Capabilities
+		}
 		u.mu.Unlock()
 		h.ServeHTTP(w, r)
 	}))
@@ -364,6 +382,12 @@ func TestRemoteUpstreams(t *testing.T) {
 			}
 			if !methods["POST"] || (tt.sse && !methods["GET"]) {
 				t.Errorf("requests seen: %q", reqs)
+			}
+			u.mu.Lock()
+			caps := string(u.caps)
+			u.mu.Unlock()
+			if caps != "{}" {
+				t.Errorf("client capabilities on the wire %q, want {} (nothing we could relay)", caps)
 			}
 		})
 	}
