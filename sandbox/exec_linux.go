@@ -34,8 +34,13 @@ const (
 // while everything is still visible; Landlock (filesystem, TCP when
 // NetworkNone, IPC scopes); the seccomp network filter; drop every
 // capability; check that the canary is denied; exec.
+//
+// Call it from the main goroutine (main or TestMain): the package pins that
+// goroutine to the main thread when the process was started as the
+// wrapper, and the exec must happen there, because the parent-death
+// signal and the capabilities dropped here belong to a thread, and only
+// the exec'ing thread's survive.
 func Exec(args []string) int {
-	// Capabilities and the exec itself are per thread: keep them on one.
 	// Landlock and seccomp are applied to every thread regardless.
 	runtime.LockOSThread()
 
@@ -105,6 +110,15 @@ func Exec(args []string) int {
 		return ExitNotFound
 	}
 	return ExitRefused
+}
+
+func init() {
+	// Locking in init keeps main (and so Exec) on the main thread, the one
+	// that carries the parent-death signal set at fork. Only the wrapper
+	// pays for it; the gateway itself is not pinned.
+	if len(os.Args) > 1 && os.Args[1] == ExecArg {
+		runtime.LockOSThread()
+	}
 }
 
 func refuse(format string, a ...any) int {

@@ -19,6 +19,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == sandbox.ExecArg {
 		os.Exit(sandbox.Exec(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == spawnerArg {
+		os.Exit(spawner(os.Args[2:]))
+	}
 	os.Exit(run(m))
 }
 

@@ -37,6 +37,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -45,6 +46,12 @@ import (
 )
 
 const ipprotoMPTCP = 262
+
+func init() {
+	// The parent-death signal (and capabilities) are per thread; keep main
+	// on the main thread, the one that carries what the exec passed on.
+	runtime.LockOSThread()
+}
 
 func main() {
 	results := make(map[string]string, len(os.Args))
