@@ -35,6 +35,7 @@ type world struct {
 	pgSock      string
 	tcpAddr     string
 	udpAddr     string
+	sibling     int // pid of another sandboxed server, when one runs
 }
 
 func newWorld(t testing.TB) *world {
@@ -90,21 +91,13 @@ func newWorld(t testing.TB) *world {
 
 // policy is the production shape of a sandbox policy for server d.
 func (w *world) policy(d sandbox.Dirs, uid uint32) sandbox.Policy {
-	return sandbox.Policy{
-		DataDir:     w.data,
-		Write:       []string{d.Work, d.Home, d.Tmp},
-		WriteFiles:  []string{"/dev/null"},
-		NetworkNone: true,
-		NoFile:      64,
-		DataLimit:   1 << 30,
-		MinABI:      6,
-		FailClosed:  true,
-		Canary:      d.Canary,
-		Env:         sandbox.ChildEnv(map[string]string{"SERVER_TOKEN": "only-for-this-server"}, d),
-		Dir:         d.Work,
-		UID:         uid,
-		GID:         uid,
-	}
+	p := sandbox.ServerPolicy(w.data, d, map[string]string{"SERVER_TOKEN": "only-for-this-server"})
+	p.NetworkNone = true
+	p.NoFile = 64
+	p.DataLimit = 1 << 30
+	p.FailClosed = true
+	p.UID, p.GID = uid, uid
+	return p
 }
 
 func mkdir(t testing.TB, p string, mode os.FileMode) {

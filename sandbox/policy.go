@@ -6,6 +6,28 @@
 //
 // The parent builds a Policy and calls Command; the wrapper side is Exec.
 // The package knows nothing of HTTP or Postgres.
+//
+// Spawning a server, in the gateway core:
+//
+//	abi, ok := sandbox.Available(sandbox.RecommendedMinABI) // !ok: isolated false, sandbox-unavailable
+//	d, err := sandbox.PrepareOwned(dataDir, name, uid, gid)  // uid 0: keep the gateway's uid
+//	p := sandbox.ServerPolicy(dataDir, d, server.Env)
+//	p.NetworkNone, p.FailClosed, p.UID, p.GID = netNone, failClosed, uid, gid
+//	self, err := os.Executable()
+//	cmd, err := sandbox.Command(self, p, argv)
+//	stdin, _ := cmd.StdinPipe(); stdout, _ := cmd.StdoutPipe(); cmd.Stderr = ring
+//	err = cmd.Start(); cmd.ExtraFiles[0].Close()
+//	// stop: kill(-cmd.Process.Pid, SIGTERM), grace, then SIGKILL
+//
+// and in cmd/mcpgate's main, from the main goroutine, before anything else:
+//
+//	if len(os.Args) > 1 && os.Args[1] == sandbox.ExecArg {
+//		os.Exit(sandbox.Exec(os.Args[2:]))
+//	}
+//
+// Orphaned grandchildren are reparented to the nearest subreaper: run the
+// gateway under an init that reaps (compose init: true) or make it a
+// subreaper (PR_SET_CHILD_SUBREAPER), or they stay as zombies.
 package sandbox
 
 import (
@@ -68,6 +90,33 @@ type Policy struct {
 	// FakeABI replaces the kernel's Landlock ABI in the wrapper's floor
 	// check; a negative value means "no Landlock". Only tests set it.
 	FakeABI int `json:"fake_abi,omitempty"`
+}
+
+// RecommendedMinABI is the Landlock floor for production: ABI 6 adds the
+// signal and abstract-socket scopes that keep a server away from the
+// gateway and from other servers.
+const RecommendedMinABI = 6
+
+// DefaultNoFile is the RLIMIT_NOFILE that ServerPolicy sets.
+const DefaultNoFile = 1024
+
+// ServerPolicy is the production policy for one server whose dirs are d:
+// writes only to d and /dev/null, nothing of the data dir readable beyond
+// d, its environment from ChildEnv, d.Work as working dir, RLIMIT_NOFILE
+// DefaultNoFile, floor RecommendedMinABI. The caller adds what depends on
+// configuration: NetworkNone, DataLimit, FailClosed, UID/GID (the same ones
+// given to PrepareOwned).
+func ServerPolicy(dataDir string, d Dirs, env map[string]string) Policy {
+	return Policy{
+		DataDir:    dataDir,
+		Write:      []string{d.Work, d.Home, d.Tmp},
+		WriteFiles: []string{"/dev/null"},
+		NoFile:     DefaultNoFile,
+		MinABI:     RecommendedMinABI,
+		Canary:     d.Canary,
+		Env:        ChildEnv(env, d),
+		Dir:        d.Work,
+	}
 }
 
 // Dirs are one server's private directories, as made by Prepare.

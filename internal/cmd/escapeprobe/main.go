@@ -15,6 +15,7 @@
 //	exec=PATH      start PATH (no arguments) and wait for it
 //	environ=PID    read /proc/PID/environ
 //	signal=PID     kill(PID, 0)
+//	chmod=PATH     chmod PATH to the mode it already has
 //	unix=PATH      connect to a pathname unix stream socket
 //	tcp=IP:PORT    plain TCP connect
 //	tcpbind=IP:PORT plain TCP bind
@@ -96,6 +97,12 @@ func run(kind, param string) string {
 			return "error: " + err.Error()
 		}
 		return verdict(syscall.Kill(pid, 0))
+	case "chmod":
+		var st syscall.Stat_t
+		if err := syscall.Stat(param, &st); err != nil {
+			return verdict(err)
+		}
+		return verdict(syscall.Chmod(param, st.Mode&0o7777))
 	case "unix":
 		return verdict(connectUnix(param))
 	case "tcp":
