@@ -111,6 +111,11 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err := chown(opts.Dir, owner); err != nil {
 		return nil, err
 	}
+	if cred != nil {
+		if err := reachable(opts.Dir); err != nil {
+			return nil, err
+		}
+	}
 	pgdata := filepath.Join(opts.Dir, "data")
 	if _, err := os.Stat(filepath.Join(pgdata, "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
 		if err := initdb(ctx, bin, pgdata, password, cred, owner, opts.Log); err != nil {
@@ -293,6 +298,24 @@ func runAs() (*syscall.Credential, *user.User, error) {
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, u, nil
+}
+
+// reachable checks that another user can pass through every parent of dir,
+// since the server runs as the postgres user.
+func reachable(dir string) error {
+	for d := filepath.Dir(dir); ; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if st.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("the private PostgreSQL runs as the postgres user, who cannot pass through %s: "+
+				"chmod o+x it, choose another MCPGATE_DATA_DIR, or set MCPGATE_DATABASE_URL", d)
+		}
+		if d == "/" {
+			return nil
+		}
+	}
 }
 
 func chown(path string, u *user.User) error {

@@ -26,6 +26,13 @@ type serverCreate struct {
 // decodeServerCreate parses a POST body into a new server (not yet owned).
 func decodeServerCreate(body []byte, admin bool) (store.Server, error) {
 	var in serverCreate
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(body, &top); err != nil || top == nil {
+		return store.Server{}, badRequest("body must be a JSON object")
+	}
+	if err := exactKeys(top, serverCreate{}, ""); err != nil {
+		return store.Server{}, err
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&in); err != nil {

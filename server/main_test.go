@@ -237,3 +237,14 @@ func (h *harness) server(ownerID int64, shared bool) string {
 	}
 	return name
 }
+
+func newRequest(t *testing.T, h *harness, method, path, token, body string) *http.Request {
+	t.Helper()
+	r, err := http.NewRequest(method, h.http.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("Authorization", "Bearer "+token)
+	return r
+}

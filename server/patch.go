@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 
@@ -57,6 +58,10 @@ func decodeServerPatch(body []byte) (serverPatch, error) {
 			return p, readOnly(f)
 		}
 	}
+	// encoding/json matches keys case-insensitively; the contract does not.
+	if err := exactKeys(top, serverPatch{}, ""); err != nil {
+		return p, err
+	}
 	if raw, ok := top["isolation"]; ok && !bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
 		var iso map[string]json.RawMessage
 		if err := json.Unmarshal(raw, &iso); err != nil {
@@ -65,6 +70,9 @@ func decodeServerPatch(body []byte) (serverPatch, error) {
 		if _, ok := iso["enabled"]; ok {
 			return p, readOnly("isolation.enabled")
 		}
+		if err := exactKeys(iso, isolationPatch{}, "isolation."); err != nil {
+			return p, err
+		}
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -72,6 +80,22 @@ func decodeServerPatch(body []byte) (serverPatch, error) {
 		return p, badRequest("invalid body: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
 	return p, nil
+}
+
+// exactKeys refuses any key that is not exactly a json tag of v's type.
+func exactKeys(m map[string]json.RawMessage, v any, prefix string) error {
+	t := reflect.TypeOf(v)
+	known := make(map[string]bool, t.NumField())
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		known[name] = true
+	}
+	for k := range m {
+		if !known[k] {
+			return badRequest("unknown field %s%s", prefix, k)
+		}
+	}
+	return nil
 }
 
 // mergeSecrets applies a key-by-key patch to a secret map. A value equal to
