@@ -66,7 +66,9 @@ func (w *world) inside(d sandbox.Dirs, col string) map[string]string {
 	}
 }
 
-var infoProbes = []string{"env", "fds", "caps", "nnp", "pdeathsig", "uid", "pgid", "nofile=70"}
+// infoProbes report state; nofile and mmap test NoFile 64 and DataLimit
+// 1 GiB from the fixture's policy.
+var infoProbes = []string{"env", "fds", "caps", "nnp", "pdeathsig", "uid", "pgid", "nofile=70", "mmap=1280"}
 
 type column struct {
 	name      string
@@ -192,10 +194,13 @@ func TestEscapeMatrix(t *testing.T) {
 			t.Errorf("%s: environment %s, want the configured variables plus HOME, LANG, PATH, TMPDIR", c.name, res["env"])
 		}
 		if !c.sandboxed {
-			if res["nofile"] != "allowed" {
-				t.Errorf("%s: nofile = %q, want allowed", c.name, res["nofile"])
+			if res["nofile"] != "allowed" || res["mmap"] != "allowed" {
+				t.Errorf("%s: nofile = %q, mmap = %q, want both allowed", c.name, res["nofile"], res["mmap"])
 			}
 			continue
+		}
+		if res["mmap"] != "denied: ENOMEM" {
+			t.Errorf("%s: mapping 1.25 GiB = %q, want denied: ENOMEM (RLIMIT_DATA 1 GiB)", c.name, res["mmap"])
 		}
 		if res["nofile"] != "denied: EMFILE" {
 			t.Errorf("%s: 70 open files = %q, want denied: EMFILE (NOFILE 64)", c.name, res["nofile"])

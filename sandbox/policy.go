@@ -139,7 +139,7 @@ func Prepare(dataDir, server string) (Dirs, error) {
 }
 
 // PrepareOwned is Prepare with the server's dirs owned by uid:gid when uid
-// is non-zero. The sandboxes dir is
+// is non-zero. dataDir itself must be searchable (o+x) by that uid. The sandboxes dir is
 // 0711, so a sandboxed uid can reach its own dirs without listing the other
 // servers; each server's dirs are 0700. Landlock, not ownership, keeps
 // servers that share a uid apart: a Policy grants only its own Dirs. The
@@ -244,6 +244,9 @@ func (p *Policy) Validate() error {
 	}
 	if err := check("write file", p.WriteFiles); err != nil {
 		return err
+	}
+	if p.UID != 0 && p.GID == 0 {
+		return errors.New("policy: a sandbox uid needs a non-root gid")
 	}
 	if !filepath.IsAbs(p.Canary) {
 		return errors.New("policy: canary must be an absolute path (see Dirs.Canary)")

@@ -22,6 +22,8 @@
 //	mptcp=IP:PORT  Multipath TCP socket and connect
 //	udp=IP:PORT    UDP socket and sendto (IPv4 or IPv6 by the address)
 //	nofile=N       open N more files; "denied: EMFILE" when the limit stops it
+//	mmap=MIB       map MIB MiB of private writable memory (counts against
+//	               RLIMIT_DATA) without touching it
 //	fds            the open descriptors, e.g. "0,1,2"
 //	caps           CapEff and CapBnd from /proc/self/status
 //	nnp            the NoNewPrivs flag
@@ -119,6 +121,16 @@ func run(kind, param string) string {
 			return "error: " + err.Error()
 		}
 		return verdict(openMany(n))
+	case "mmap":
+		mib, err := strconv.Atoi(param)
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		b, err := syscall.Mmap(-1, 0, mib<<20, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON)
+		if err == nil {
+			syscall.Munmap(b)
+		}
+		return verdict(err)
 	case "fds":
 		return fds()
 	case "caps":
