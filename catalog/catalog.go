@@ -106,8 +106,9 @@ type doc struct {
 	entry  Entry
 	server *serverDocs
 	lens   [numFields]uint16
-	terms  []string            // distinct terms, to find this doc's postings again
-	tfs    [][numFields]uint16 // by terms index
+	terms  []string            // distinct terms, sorted
+	pos    []int32             // by terms index: where this doc's posting sits in the term's list
+	tfs    [][numFields]uint16 // by terms index, until the postings take them
 }
 
 type posting struct {
@@ -159,23 +160,29 @@ func (c *Catalog) Replace(server string, tools []*mcp.Tool) error {
 	}
 
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.removeLocked(server)
-	if len(prepared) > 0 {
-		sd := &serverDocs{name: server, tools: make(map[string]uint32, len(prepared))}
-		sd.slot = slices.Index(c.slots, nil)
-		if sd.slot < 0 {
-			sd.slot = len(c.slots)
-			c.slots = append(c.slots, nil)
-		}
-		c.slots[sd.slot] = sd
-		c.servers[server] = sd
-		for _, d := range prepared {
-			d.server = sd
-			sd.tools[d.entry.Tool.Name] = c.addLocked(d)
-		}
-	}
+	c.installLocked(server, prepared)
+	c.mu.Unlock()
 	return errors.Join(errs...)
+}
+
+// installLocked makes docs the whole of server's tools.
+func (c *Catalog) installLocked(server string, docs []*doc) {
+	c.removeLocked(server)
+	if len(docs) == 0 {
+		return
+	}
+	sd := &serverDocs{name: server, tools: make(map[string]uint32, len(docs))}
+	sd.slot = slices.Index(c.slots, nil)
+	if sd.slot < 0 {
+		sd.slot = len(c.slots)
+		c.slots = append(c.slots, nil)
+	}
+	c.slots[sd.slot] = sd
+	c.servers[server] = sd
+	for _, d := range docs {
+		d.server = sd
+		sd.tools[d.entry.Tool.Name] = c.addLocked(d)
+	}
 }
 
 // Remove drops every tool of server.
@@ -190,15 +197,26 @@ func (c *Catalog) removeLocked(server string) {
 	if sd == nil {
 		return
 	}
-	// A dense mark per doc id: the filter below visits every posting of
-	// each affected term, and common terms have thousands.
-	gone := make([]bool, len(c.docs))
-	terms := map[string]bool{}
 	for _, id := range sd.tools {
-		gone[id] = true
 		d := c.docs[id]
-		for _, t := range d.terms {
-			terms[t] = true
+		// Each posting leaves by a swap with its list's last one, so a
+		// removal costs the doc's term count, not the lists' lengths:
+		// common terms have thousands of postings.
+		for i, t := range d.terms {
+			list := c.postings[t]
+			at, last := d.pos[i], int32(len(list)-1)
+			if at != last {
+				moved := list[last]
+				list[at] = moved
+				md := c.docs[moved.doc]
+				j, _ := slices.BinarySearch(md.terms, t)
+				md.pos[j] = at
+			}
+			if last == 0 {
+				delete(c.postings, t)
+			} else {
+				c.postings[t] = list[:last]
+			}
 		}
 		for f := range numFields {
 			c.lenSum[f] -= int(d.lens[f])
@@ -206,14 +224,6 @@ func (c *Catalog) removeLocked(server string) {
 		c.docs[id] = nil
 		c.freeDocs = append(c.freeDocs, id)
 		c.ndocs--
-	}
-	for t := range terms {
-		kept := slices.DeleteFunc(c.postings[t], func(p posting) bool { return gone[p.doc] })
-		if len(kept) == 0 {
-			delete(c.postings, t)
-		} else {
-			c.postings[t] = kept
-		}
 	}
 	delete(c.servers, server)
 	c.slots[sd.slot] = nil
@@ -234,7 +244,9 @@ func (c *Catalog) addLocked(d *doc) uint32 {
 	for f := range numFields {
 		c.lenSum[f] += int(d.lens[f])
 	}
+	d.pos = make([]int32, len(d.terms))
 	for i, t := range d.terms {
+		d.pos[i] = int32(len(c.postings[t]))
 		c.postings[t] = append(c.postings[t], posting{doc: id, tf: d.tfs[i]})
 	}
 	d.tfs = nil // the postings hold them now
@@ -265,6 +277,18 @@ func (d *doc) analyze() {
 		}
 		d.lens[f] = uint16(min(n, math.MaxUint16))
 	}
+	// Sorted terms let a removal find a term's slot by binary search.
+	perm := make([]int, len(d.terms))
+	for i := range perm {
+		perm[i] = i
+	}
+	slices.SortFunc(perm, func(a, b int) int { return strings.Compare(d.terms[a], d.terms[b]) })
+	terms := make([]string, len(perm))
+	tfs := make([][numFields]uint16, len(perm))
+	for i, j := range perm {
+		terms[i], tfs[i] = d.terms[j], d.tfs[j]
+	}
+	d.terms, d.tfs = terms, tfs
 }
 
 // fieldTexts returns the text of each field of d.
@@ -368,7 +392,8 @@ func (c *Catalog) Lookup(name string) (Entry, bool) {
 }
 
 // List returns the tools of every server allow accepts (nil accepts all),
-// ordered by server, then tool name.
+// ordered by server, then tool name. allow runs under the catalog's read
+// lock: it must not call back into the catalog.
 func (c *Catalog) List(allow func(server string) bool) []Entry {
 	c.mu.RLock()
 	var out []Entry
@@ -403,7 +428,21 @@ type queryScratch struct {
 // Search ranks the tools of the servers allow accepts (nil accepts all)
 // against query and returns at most limit of them (DefaultLimit when
 // limit <= 0), best first. A query made only of stop words finds nothing.
+// allow is called at most once per server and search, under the catalog's
+// read lock: it must not call back into the catalog.
 func (c *Catalog) Search(query string, limit int, allow func(server string) bool) []Result {
+	return c.search(query, limit, allow, nil)
+}
+
+// SearchFunc is Search with a per-tool filter, for rules finer than a
+// server (a tool policy, an unapproved or changed pin). allow is called at
+// most once per matching tool and search, under the catalog's read lock: it
+// must not call back into the catalog.
+func (c *Catalog) SearchFunc(query string, limit int, allow func(Entry) bool) []Result {
+	return c.search(query, limit, nil, allow)
+}
+
+func (c *Catalog) search(query string, limit int, allow func(server string) bool, allowEntry func(Entry) bool) []Result {
 	if limit <= 0 {
 		limit = DefaultLimit
 	}
@@ -429,6 +468,7 @@ func (c *Catalog) Search(query string, limit int, allow func(server string) bool
 	touched := sc.touched[:0]
 	allowed := sc.allowed[:0]
 	allowed = append(allowed, make([]int8, len(c.slots))...)
+	var refused []uint32 // docs allowEntry refused, marked in acc with -1
 
 	var norm [numFields]float64 // 1/avg field length
 	for f := range numFields {
@@ -456,6 +496,15 @@ func (c *Catalog) Search(query string, limit int, allow func(server string) bool
 			if allowed[slot] < 0 {
 				continue
 			}
+			if allowEntry != nil && acc[p.doc] == 0 {
+				if !allowEntry(d.entry) {
+					acc[p.doc] = -1
+					refused = append(refused, p.doc)
+				}
+			}
+			if acc[p.doc] < 0 {
+				continue
+			}
 			var tf float64
 			for f := range numFields {
 				if p.tf[f] == 0 {
@@ -481,6 +530,9 @@ func (c *Catalog) Search(query string, limit int, allow func(server string) bool
 			(*h)[0] = hit{s, e}
 			heap.Fix(h, 0)
 		}
+	}
+	for _, id := range refused {
+		acc[id] = 0
 	}
 	sc.touched, sc.allowed = touched, allowed
 

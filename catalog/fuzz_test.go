@@ -32,6 +32,9 @@ func FuzzSearch(f *testing.F) {
 			"type": "object", "properties": map[string]any{param: map[string]any{"description": desc}}}}
 		_ = c.Replace("srv", []*mcp.Tool{tool, {Name: "fixed", Description: query}})
 		_ = c.Replace("other", []*mcp.Tool{{Name: "other_tool", Description: desc + " " + query}})
+		checkIndex(t, c)
+		_ = c.Replace("srv", []*mcp.Tool{{Name: "fixed", Description: desc}, {Name: param, Description: name}})
+		checkIndex(t, c)
 		limit = limit % 50
 		got := c.Search(query, limit, func(s string) bool { return s != "other" })
 		want := limit

@@ -203,6 +203,37 @@ func TestSearchAllow(t *testing.T) {
 	}
 }
 
+func TestSearchFunc(t *testing.T) {
+	c := newTestCatalog(t)
+	calls := map[string]int{}
+	// Hide write tools and one named tool, as a tool policy would.
+	allow := func(e Entry) bool {
+		calls[e.QualifiedName()]++
+		return e.Tool.Annotations != nil && e.Tool.Annotations.ReadOnlyHint && e.Tool.Name != "list_directory"
+	}
+	got := c.SearchFunc("list files in a directory and create or write them", 50, allow)
+	if len(got) == 0 {
+		t.Fatal("no results")
+	}
+	for _, r := range got {
+		if r.Annotations == nil || !r.Annotations.ReadOnlyHint || r.Tool == "list_directory" {
+			t.Errorf("result %s passed a filter that refuses it", r.Name)
+		}
+	}
+	for name, n := range calls {
+		if n != 1 {
+			t.Errorf("allow(%s) called %d times in one search, want once", name, n)
+		}
+	}
+	if calls["filesystem:write_file"] != 1 || calls["filesystem:list_directory"] != 1 {
+		t.Errorf("refused tools were not offered to allow: %v", calls)
+	}
+	// Refusals leave no trace in the next search.
+	if got := names(c.Search("show me what files are in a folder", 1, nil)); !slices.Equal(got, []string{"filesystem:list_directory"}) {
+		t.Errorf("search after a filtered search = %v", got)
+	}
+}
+
 func TestGetLookup(t *testing.T) {
 	c := newTestCatalog(t)
 	e, ok := c.Get("github", "create_issue")
