@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -303,7 +304,7 @@ func (d *doc) fieldTexts() [numFields][]string {
 	ft[fieldDescription] = []string{t.Description}
 	if schema, ok := t.InputSchema.(map[string]any); ok {
 		props, _ := schema["properties"].(map[string]any)
-		for _, name := range slices.Sorted(mapKeys(props)) {
+		for _, name := range slices.Sorted(maps.Keys(props)) {
 			ft[fieldParamName] = append(ft[fieldParamName], name)
 			if p, ok := props[name].(map[string]any); ok {
 				if desc, ok := p["description"].(string); ok {
@@ -313,16 +314,6 @@ func (d *doc) fieldTexts() [numFields][]string {
 		}
 	}
 	return ft
-}
-
-func mapKeys(m map[string]any) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // newDoc copies t so that later changes by the caller cannot reach the
@@ -466,8 +457,11 @@ func (c *Catalog) search(query string, limit int, allow func(server string) bool
 	}
 	acc := sc.acc[:len(c.docs)]
 	touched := sc.touched[:0]
-	allowed := sc.allowed[:0]
-	allowed = append(allowed, make([]int8, len(c.slots))...)
+	if cap(sc.allowed) < len(c.slots) {
+		sc.allowed = make([]int8, len(c.slots))
+	}
+	allowed := sc.allowed[:len(c.slots)]
+	clear(allowed)
 	var refused []uint32 // docs allowEntry refused, marked in acc with -1
 
 	var norm [numFields]float64 // 1/avg field length

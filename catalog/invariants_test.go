@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -64,13 +65,7 @@ func checkIndex(t testing.TB, c *Catalog) {
 func TestIndexInvariants(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	pool := genTools(rng, 12, 30)
-	servers := slices.Sorted(func(yield func(string) bool) {
-		for n := range pool {
-			if !yield(n) {
-				return
-			}
-		}
-	})
+	servers := slices.Sorted(maps.Keys(pool))
 	c := New()
 	current := map[string]int{} // server → number of its tools held
 	for step := range 400 {

@@ -84,7 +84,8 @@ var (
 )
 
 // Keyring is a set of keys, safe for concurrent use. Its String, GoString,
-// Format and LogValue never show key material.
+// Format and LogValue never show key material. Load and Generate make one;
+// the zero value holds no keys (AddKey and SetPrimary give it one).
 type Keyring struct {
 	mu      sync.RWMutex
 	keys    map[string]*key
@@ -372,6 +373,9 @@ func (kr *Keyring) AddKey() (string, error) {
 		}
 	}
 	id := "k" + strconv.Itoa(next)
+	if kr.keys == nil {
+		kr.keys = map[string]*key{}
+	}
 	kr.keys[id] = k
 	kr.order = append(kr.order, id)
 	return id, nil

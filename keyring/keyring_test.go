@@ -457,3 +457,34 @@ func TestConcurrentUse(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+func TestZeroKeyring(t *testing.T) {
+	var kr Keyring
+	if _, err := kr.Seal([]byte("x"), "a"); err == nil {
+		t.Error("a keyring without keys sealed")
+	}
+	if _, err := kr.Open("v1:k1:AAAAAAAAAAAAAAAA:AAAAAAAAAAAAAAAAAAAAAA==", "a"); !errors.Is(err, ErrUnknownKey) {
+		t.Errorf("Open on an empty keyring: %v, want ErrUnknownKey", err)
+	}
+	id, err := kr.AddKey()
+	if err != nil || id != "k1" {
+		t.Fatalf("AddKey = %q, %v", id, err)
+	}
+	if err := kr.SetPrimary(id); err != nil {
+		t.Fatal(err)
+	}
+	s, err := kr.Seal([]byte("x"), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pt, err := kr.Open(s, "a"); err != nil || string(pt) != "x" {
+		t.Errorf("Open = %q, %v", pt, err)
+	}
+	path := filepath.Join(t.TempDir(), "k")
+	if err := kr.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path); err != nil {
+		t.Errorf("Load of a saved zero-value keyring: %v", err)
+	}
+}
