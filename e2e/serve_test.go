@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/testbin"
+	"github.com/mcpgate/mcpgate/sandbox"
 )
 
 const adminToken = "e2e-admin-token-0123456789abcdef0123456789ab"
@@ -153,6 +154,24 @@ func TestServeWithPrivatePostgres(t *testing.T) {
 	if code, body := g.request(t, "GET", "/readyz", ""); code != 200 {
 		t.Fatalf("/readyz = %d %s", code, body)
 	}
+	// /status reports the host's real isolation capabilities.
+	code, body := g.request(t, "GET", "/api/v1/status", "")
+	var st struct {
+		Edition   string `json:"edition"`
+		Isolation struct {
+			GlobalMode  string `json:"global_mode"`
+			LandlockABI int    `json:"landlock_abi"`
+		} `json:"isolation"`
+	}
+	if err := json.Unmarshal(body, &st); code != 200 || err != nil || st.Edition != "server" {
+		t.Fatalf("/status = %d %s", code, body)
+	}
+	if abi, err := sandbox.ABI(); err == nil && st.Isolation.LandlockABI != abi {
+		t.Errorf("/status landlock_abi = %d, the kernel says %d", st.Isolation.LandlockABI, abi)
+	}
+	if st.Isolation.GlobalMode == "" {
+		t.Error("/status has no global mode")
+	}
 	email := fmt.Sprintf("kept-%d@example.test", time.Now().UnixNano())
 	if code, body := g.request(t, "POST", "/api/v1/users", `{"email":"`+email+`","role":"member"}`); code != 201 {
 		t.Fatalf("create user = %d %s", code, body)
@@ -172,7 +191,7 @@ func TestServeWithPrivatePostgres(t *testing.T) {
 	if code, body := g2.request(t, "GET", "/readyz", ""); code != 200 {
 		t.Fatalf("/readyz after restart = %d %s", code, body)
 	}
-	code, body := g2.request(t, "GET", "/api/v1/users", "")
+	code, body = g2.request(t, "GET", "/api/v1/users", "")
 	if code != 200 || !strings.Contains(string(body), email) {
 		t.Fatalf("after restart, users = %d %s; want %s kept", code, body, email)
 	}

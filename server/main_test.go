@@ -19,6 +19,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/apikey"
 	"github.com/mcpgate/mcpgate/config"
+	"github.com/mcpgate/mcpgate/docker"
 	"github.com/mcpgate/mcpgate/isolation"
 	"github.com/mcpgate/mcpgate/openapi"
 	"github.com/mcpgate/mcpgate/store"
@@ -70,7 +71,9 @@ const adminToken = "test-admin-token-0123456789abcdef0123456789"
 
 var uniq atomic.Int64
 
-func unique(prefix string) string { return fmt.Sprintf("%s-%d-%d", prefix, os.Getpid()%10000, uniq.Add(1)) }
+func unique(prefix string) string {
+	return fmt.Sprintf("%s-%d-%d", prefix, os.Getpid()%10000, uniq.Add(1))
+}
 
 type harness struct {
 	t     *testing.T
@@ -110,7 +113,7 @@ func newHarness(t *testing.T, host isolation.Host) *harness {
 	st := store.New(testDB.Pool, testSealer(t))
 	log := slog.New(slog.NewJSONHandler(&allLogs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	s, err := New(Options{Store: st, Log: log, AdminToken: adminToken, ReplicaID: "test", Version: "test",
-		HostFunc: func() isolation.Host { return host }})
+		HostFunc: func() isolation.Host { return host }, ExtraArgs: docker.ValidateExtraArgs})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -230,6 +230,8 @@ func TestPatchRefusals(t *testing.T) {
 		{memberPAT, `[]`, 400, ""},
 		{memberPAT, `{"env":{"BAD NAME":"x"}}`, 400, "env"},
 		{memberPAT, `{"isolation":{"memory_limit":"lots"}}`, 400, "memory_limit"},
+		{memberPAT, `{"isolation":{"extra_args":{"privileged":true}}}`, 400, "privileged"},
+		{memberPAT, `{"isolation":{"extra_args":{"pids_limit":"many"}}}`, 400, "pids_limit"},
 		{adminPAT, `{"isolation":{"enabled_override":false}}`, 403, "isolated"}, // the owner is a member
 	}
 	for _, tt := range tests {

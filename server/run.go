@@ -20,9 +20,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mcpgate/mcpgate/config"
+	"github.com/mcpgate/mcpgate/docker"
 	"github.com/mcpgate/mcpgate/isolation"
 	"github.com/mcpgate/mcpgate/migrations"
 	"github.com/mcpgate/mcpgate/pglocal"
+	"github.com/mcpgate/mcpgate/sandbox"
 	"github.com/mcpgate/mcpgate/settings"
 	"github.com/mcpgate/mcpgate/store"
 )
@@ -135,8 +137,27 @@ func trimNL(b []byte) []byte {
 	return b
 }
 
-// Host probes are filled in by the isolation runners; HostProbe is the hook.
-var HostProbe = func(ctx context.Context) (isolation.Host, string) { return isolation.Host{}, "" }
+// probeHost asks the kernel for its Landlock ABI and the Docker engine for
+// an answer (2 s at most), once at start.
+func probeHost(ctx context.Context, replicaID string, log *slog.Logger) (isolation.Host, string) {
+	var host isolation.Host
+	host.LandlockABI, _ = sandbox.Available(isolation.MinABI)
+	r, err := docker.New(replicaID, nil)
+	if err != nil {
+		log.Warn("docker client", "err", err.Error())
+		return host, ""
+	}
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	st, err := r.Probe(ctx)
+	if err != nil {
+		log.Info("docker engine unavailable", "err", err.Error())
+		return host, ""
+	}
+	host.DockerAvailable = st.Available
+	return host, st.APIVersion
+}
 
 // Run serves one replica until ctx ends.
 func Run(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
@@ -166,7 +187,7 @@ func Run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 		log.Warn("the database may lose acknowledged writes in a crash", "fsync", fsync, "synchronous_commit", sc)
 	}
 
-	host, dockerAPI := HostProbe(ctx)
+	host, dockerAPI := probeHost(ctx, cfg.ReplicaID, log)
 	log.Info("host isolation", "landlock_abi", host.LandlockABI, "docker_available", host.DockerAvailable, "docker_api", dockerAPI)
 	if wrote, err := st.InitSetting(ctx, settings.Key, settings.Defaults(isolation.DefaultGlobal(host))); err != nil {
 		return fmt.Errorf("initialising settings: %w", err)
@@ -181,7 +202,8 @@ func Run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 	srv, err := New(Options{
 		Store: st, Log: log, AdminToken: cfg.AdminToken, ReplicaID: cfg.ReplicaID, Version: Version,
 		HostFunc: func() isolation.Host { return host }, DockerAPIVersion: func() string { return dockerAPI },
-		JWT: JWTOptions{SessionKey: sessionKey, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, JWKSURL: cfg.JWKSURL},
+		JWT:       JWTOptions{SessionKey: sessionKey, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, JWKSURL: cfg.JWKSURL},
+		ExtraArgs: docker.ValidateExtraArgs,
 	})
 	if err != nil {
 		return err
