@@ -21,6 +21,8 @@
 //	tcpbind=IP:PORT plain TCP bind
 //	mptcp=IP:PORT  Multipath TCP socket and connect
 //	udp=IP:PORT    UDP socket and sendto (IPv4 or IPv6 by the address)
+//	socket=F/T/P   socket(F, T, P), numbers: 40/1/0 is vsock, 2/1/132 SCTP
+//	compatudp      a UDP socket through the i386 system call entry (amd64)
 //	nofile=N       open N more files; "denied: EMFILE" when the limit stops it
 //	mmap=MIB       map MIB MiB of private writable memory (counts against
 //	               RLIMIT_DATA) without touching it
@@ -115,6 +117,18 @@ func run(kind, param string) string {
 		return verdict(inet(param, syscall.SOCK_STREAM, ipprotoMPTCP, false))
 	case "udp":
 		return verdict(inet(param, syscall.SOCK_DGRAM, 0, false))
+	case "socket":
+		var f, typ, proto int
+		if _, err := fmt.Sscanf(param, "%d/%d/%d", &f, &typ, &proto); err != nil {
+			return "error: " + err.Error()
+		}
+		fd, err := syscall.Socket(f, typ|syscall.SOCK_CLOEXEC, proto)
+		if err == nil {
+			syscall.Close(fd)
+		}
+		return verdict(err)
+	case "compatudp":
+		return verdict(compatUDP())
 	case "nofile":
 		n, err := strconv.Atoi(param)
 		if err != nil {
