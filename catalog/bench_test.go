@@ -135,24 +135,38 @@ func BenchmarkSearch10k(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			c, _ := newBenchCatalog(b)
 			lat := make([]time.Duration, 0, b.N)
+			perQuery := make([][]time.Duration, len(benchQueries))
 			var hits int
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
+				q := i % len(benchQueries)
 				start := time.Now()
-				hits += len(c.Search(benchQueries[i%len(benchQueries)], 10, bc.allow))
-				lat = append(lat, time.Since(start))
+				hits += len(c.Search(benchQueries[q], 10, bc.allow))
+				d := time.Since(start)
+				lat = append(lat, d)
+				perQuery[q] = append(perQuery[q], d)
 			}
 			b.StopTimer()
 			if hits == 0 {
 				b.Fatal("no query found anything")
 			}
-			slices.Sort(lat)
-			pct := func(p float64) float64 {
-				return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Nanoseconds()) / 1e3
+			µs := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+			pct := func(lat []time.Duration, p float64) time.Duration {
+				slices.Sort(lat)
+				return lat[min(len(lat)-1, int(p*float64(len(lat))))]
 			}
-			b.ReportMetric(pct(0.50), "p50-µs")
-			b.ReportMetric(pct(0.99), "p99-µs")
+			b.ReportMetric(µs(pct(lat, 0.50)), "p50-µs")
+			b.ReportMetric(µs(pct(lat, 0.99)), "p99-µs")
+			// The slowest query's median: the intrinsic worst case, which
+			// p99 on a busy machine mixes with preemption.
+			var worst time.Duration
+			for _, l := range perQuery {
+				if len(l) > 0 {
+					worst = max(worst, pct(l, 0.50))
+				}
+			}
+			b.ReportMetric(µs(worst), "worstq-p50-µs")
 		})
 	}
 }
