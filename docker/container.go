@@ -281,12 +281,17 @@ func (r *Runner) Start(ctx context.Context, spec Spec) (*Container, error) {
 		// hj.Reader, not hj.Conn: the bufio reader may already hold bytes.
 		_, err := stdcopy.StdCopy(pw, stderr, c.hj.Reader)
 		pw.CloseWithError(err) // nil: readers see io.EOF
+		// The engine ends the stream only when the child's output is closed,
+		// so the connection has nothing left to carry; without this a child
+		// that exits on its own would hold it until Stop.
+		c.hj.Close()
 	}()
 	return c, nil
 }
 
 func (c *Container) watch(waitC <-chan container.WaitResponse, errC <-chan error) {
 	defer close(c.exited)
+	defer c.cancelWait()
 	select {
 	case w := <-waitC:
 		switch {

@@ -5,6 +5,7 @@
 //	probe facts [-read PATH]... [-write PATH]... [-tcp ADDR] [-udp ADDR]   (then waits for stdin EOF)
 //	probe flood STDERR_BYTES STDOUT_LINES
 //	probe exit CODE
+//	probe alloc       (touches memory until the kernel kills it)
 //	probe hang        (ignores stdin EOF and signals it can ignore)
 package main
 
@@ -58,6 +59,8 @@ func main() {
 	case "exit":
 		code, _ := strconv.Atoi(os.Args[2])
 		os.Exit(code)
+	case "alloc":
+		alloc()
 	case "hang":
 		signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGPIPE)
 		fmt.Println("hanging")
@@ -162,4 +165,19 @@ func flood(args []string) {
 	}
 	out.Flush()
 	wg.Wait()
+}
+
+var sink [][]byte
+
+func alloc() {
+	for i := 0; ; i++ {
+		b := make([]byte, 4<<20)
+		for j := range b {
+			b[j] = byte(i)
+		}
+		sink = append(sink, b)
+		if i%4 == 0 {
+			fmt.Printf("allocated %d MiB\n", (i+1)*4)
+		}
+	}
 }
