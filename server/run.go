@@ -212,9 +212,27 @@ func Run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("MCPGATE_LISTEN: %w", err)
 	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	servers := []*http.Server{{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}}
+	listeners := []net.Listener{ln}
+	sockPath := filepath.Join(cfg.DataDir, "mcpgate.sock")
+	if cfg.EnableSocket {
+		sl, err := ListenSocket(sockPath)
+		if err != nil {
+			return fmt.Errorf("MCPGATE_ENABLE_SOCKET: %w", err)
+		}
+		defer os.Remove(sockPath)
+		servers = append(servers, &http.Server{Handler: srv.SocketHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog})
+		listeners = append(listeners, sl)
+		log.Warn("admin socket enabled: local processes running as this uid act as admin", "path", sockPath)
+	} else if st, err := os.Lstat(sockPath); err == nil && st.Mode()&os.ModeSocket != 0 {
+		// Left by an earlier run with the socket on: off means no file.
+		os.Remove(sockPath)
+	}
+	errc := make(chan error, len(servers))
+	for i, hs := range servers {
+		go func() { errc <- hs.Serve(listeners[i]) }()
+	}
 	log.Info("serving", "addr", ln.Addr().String(), "replica_id", cfg.ReplicaID, "version", Version)
 	select {
 	case err := <-errc:
@@ -224,7 +242,11 @@ func Run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 	log.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 	defer cancel()
-	return hs.Shutdown(shutdownCtx)
+	var errs []error
+	for _, hs := range servers {
+		errs = append(errs, hs.Shutdown(shutdownCtx))
+	}
+	return errors.Join(errs...)
 }
 
 // loadSessionKey reads the Ed25519 key that signs session JWTs, making it
