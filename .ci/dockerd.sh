@@ -91,16 +91,14 @@ if ! command -v dockerd >/dev/null 2>&1; then
 	log "installing docker.io"
 	# Keep the package's init script from starting a system dockerd that
 	# would set up iptables and a bridge on the default socket.
-	policy_added=""
 	if [ ! -e /usr/sbin/policy-rc.d ]; then
 		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
 		chmod 0755 /usr/sbin/policy-rc.d
-		policy_added=1
+		trap 'rm -f /usr/sbin/policy-rc.d' EXIT
 	fi
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq >&2
 	apt-get install -y -qq --no-install-recommends docker.io >&2
-	[ -n "$policy_added" ] && rm -f /usr/sbin/policy-rc.d
 	command -v dockerd >/dev/null 2>&1 || { log "docker.io installed no dockerd"; exit 1; }
 fi
 

@@ -188,7 +188,7 @@ func TestHardening(t *testing.T) {
 
 	c, f := facts(t, r, Spec{Server: "hardening", Image: img, ServerDir: own, PidsLimit: 64, MemoryBytes: 128 << 20},
 		"-read", secret, "-read", filepath.Dir(secret), "-read", other, "-read", data,
-		"-read", "/var/run/docker.sock", "-read", os.Getenv("DOCKER_HOST"),
+		"-read", "/var/run/docker.sock", "-read", strings.TrimPrefix(os.Getenv("DOCKER_HOST"), "unix://"),
 		"-write", DefaultServerDirPath,
 		"-tcp", ln.Addr().String(), "-udp", udp.LocalAddr().String())
 
