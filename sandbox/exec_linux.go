@@ -72,7 +72,7 @@ func Exec(args []string) int {
 		if p.FailClosed {
 			return refuse("%s; failing closed", why)
 		}
-		fmt.Fprintf(os.Stderr, "mcpgate sandbox: DEGRADED: %s; running with rlimits only, not isolated\n", why)
+		fmt.Fprintf(os.Stderr, "mcpgate sandbox: DEGRADED: %s; running without Landlock (rlimits and no capabilities only), not isolated\n", why)
 	}
 
 	bin, err := lookPath(argv[0], p.Env)

@@ -58,9 +58,11 @@ type Policy struct {
 	// WriteFiles lists files that may be written, typically /dev/null.
 	WriteFiles []string `json:"write_files,omitempty"`
 
-	// NetworkNone denies TCP connect and bind (Landlock, ABI 4+) and refuses
-	// UDP and MPTCP sockets and io_uring (seccomp), which Landlock's TCP
-	// rules do not cover.
+	// NetworkNone denies TCP connect and bind (Landlock, ABI 4+) and, with
+	// seccomp, what Landlock's TCP rules do not cover: UDP, raw, MPTCP and
+	// SCTP sockets, address families other than unix, netlink and IP
+	// (vsock, packet…), io_uring, and system calls of a foreign
+	// architecture (i386 on x86-64). Unix sockets stay open.
 	NetworkNone bool `json:"network_none,omitempty"`
 	// NoFile is RLIMIT_NOFILE (soft and hard); 0 keeps the inherited limit.
 	NoFile uint64 `json:"nofile,omitempty"`
@@ -71,7 +73,8 @@ type Policy struct {
 	// MinABI is the lowest Landlock ABI the wrapper accepts as confinement.
 	MinABI int `json:"min_abi,omitempty"`
 	// FailClosed makes the wrapper exit 126 instead of running degraded
-	// (rlimits only) when Landlock is missing or below MinABI.
+	// (no Landlock: rlimits, no capabilities, the seccomp filter) when
+	// Landlock is missing or below MinABI.
 	FailClosed bool `json:"fail_closed,omitempty"`
 	// Canary is a file that must be readable by file permissions yet denied
 	// by the ruleset; the wrapper checks it before exec (see Prepare).
