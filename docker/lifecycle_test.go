@@ -105,3 +105,44 @@ func TestNoLeaks(t *testing.T) {
 		t.Fatalf("goroutines: %d after 10 cycles, baseline %d\n%s", n, base, buf[:runtime.Stack(buf, true)])
 	}
 }
+
+// TestProbeEngine: against a real engine the probe reports the negotiated
+// API version and caches its answer.
+func TestProbeEngine(t *testing.T) {
+	r := engineRunner(t)
+	st, err := r.Probe(context.Background())
+	if err != nil || !st.Available {
+		t.Fatalf("Probe = %+v, %v", st, err)
+	}
+	if st.APIVersion == "" || st.EngineAPIVersion == "" || st.ServerVersion == "" {
+		t.Errorf("probe lacks versions: %+v", st)
+	}
+	if st.APIVersion != st.EngineAPIVersion && st.APIVersion != "1.51" {
+		t.Errorf("negotiated %s with an engine at %s", st.APIVersion, st.EngineAPIVersion)
+	}
+	again, _ := r.Probe(context.Background())
+	if !again.CheckedAt.Equal(st.CheckedAt) {
+		t.Errorf("second probe within the TTL was not cached")
+	}
+	t.Logf("engine %s, API %s (negotiated %s)", st.ServerVersion, st.EngineAPIVersion, st.APIVersion)
+}
+
+// TestPullFailure: with pulling allowed, a registry that cannot be reached
+// gives an error naming the image, and nothing is created.
+func TestPullFailure(t *testing.T) {
+	r := engineRunner(t)
+	ref := "127.0.0.1:1/mcpgate/absent:x" // a port nothing listens on
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, err := r.Start(ctx, Spec{Server: "pullfail", Image: ref, AllowPull: true})
+	if err == nil {
+		t.Fatal("Start pulled from a registry that does not exist")
+	}
+	if !strings.Contains(err.Error(), ref) {
+		t.Errorf("error %q does not name the image", err)
+	}
+	if l := labelled(t, r, LabelServer, "pullfail"); len(l) != 0 {
+		t.Errorf("a container was created after a failed pull")
+	}
+	t.Logf("pull error: %v", err)
+}
