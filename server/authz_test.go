@@ -75,6 +75,7 @@ var matrix = map[string]cell{
 	"GET /api/v1/config":                     {own: {403, 403, 200}},
 	"PATCH /api/v1/config":                   {own: {403, 403, 200}},
 	"GET /api/v1/activity":                   {own: {403, 200, 200}},
+	"GET /api/v1/doctor":                     {own: {403, 403, 200}},
 }
 
 // Routes that answer everyone, credentials or not.

@@ -20,6 +20,7 @@ import (
 	"github.com/mcpgate/mcpgate/apikey"
 	"github.com/mcpgate/mcpgate/config"
 	"github.com/mcpgate/mcpgate/docker"
+	"github.com/mcpgate/mcpgate/doctor"
 	"github.com/mcpgate/mcpgate/isolation"
 	"github.com/mcpgate/mcpgate/openapi"
 	"github.com/mcpgate/mcpgate/store"
@@ -113,7 +114,11 @@ func newHarness(t *testing.T, host isolation.Host) *harness {
 	st := store.New(testDB.Pool, testSealer(t))
 	log := slog.New(slog.NewJSONHandler(&allLogs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	s, err := New(Options{Store: st, Log: log, AdminToken: adminToken, ReplicaID: "test", Version: "test",
-		HostFunc: func() isolation.Host { return host }, ExtraArgs: docker.ValidateExtraArgs})
+		HostFunc: func() isolation.Host { return host }, ExtraArgs: docker.ValidateExtraArgs,
+		Doctor: func(ctx context.Context) doctor.Report {
+			return doctor.Run(ctx, doctor.Inputs{Store: st, Host: host,
+				Config: config.Config{SecretKeyFile: filepath.Join(keyDir, "gateway", "secret.key")}})
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -101,3 +101,13 @@ func (s *Server) listActivity(w http.ResponseWriter, r *http.Request) error {
 	}
 	return writeJSON(w, http.StatusOK, map[string]any{"activity": list})
 }
+
+func (s *Server) getDoctor(w http.ResponseWriter, r *http.Request) error {
+	if err := requireAdmin(principal(r.Context())); err != nil {
+		return err
+	}
+	if s.doctor == nil {
+		return newProblem(http.StatusServiceUnavailable, "doctor is not configured on this replica")
+	}
+	return writeJSON(w, http.StatusOK, s.doctor(r.Context()))
+}

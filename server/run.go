@@ -15,12 +15,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mcpgate/mcpgate/config"
 	"github.com/mcpgate/mcpgate/docker"
+	"github.com/mcpgate/mcpgate/doctor"
 	"github.com/mcpgate/mcpgate/isolation"
 	"github.com/mcpgate/mcpgate/migrations"
 	"github.com/mcpgate/mcpgate/pglocal"
@@ -137,6 +139,23 @@ func trimNL(b []byte) []byte {
 	return b
 }
 
+// DockerSocket returns the engine's unix socket path, when it is one.
+func DockerSocket() string {
+	h := os.Getenv("DOCKER_HOST")
+	if h == "" {
+		h = "unix:///var/run/docker.sock"
+	}
+	if p, ok := strings.CutPrefix(h, "unix://"); ok {
+		return p
+	}
+	return ""
+}
+
+// ProbeHost is probeHost for the CLI.
+func ProbeHost(ctx context.Context, replicaID string, log *slog.Logger) (isolation.Host, string) {
+	return probeHost(ctx, replicaID, log)
+}
+
 // probeHost asks the kernel for its Landlock ABI and the Docker engine for
 // an answer (2 s at most), once at start.
 func probeHost(ctx context.Context, replicaID string, log *slog.Logger) (isolation.Host, string) {
@@ -204,6 +223,9 @@ func Run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 		HostFunc: func() isolation.Host { return host }, DockerAPIVersion: func() string { return dockerAPI },
 		JWT:       JWTOptions{SessionKey: sessionKey, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, JWKSURL: cfg.JWKSURL},
 		ExtraArgs: docker.ValidateExtraArgs,
+		Doctor: func(ctx context.Context) doctor.Report {
+			return doctor.Run(ctx, doctor.Inputs{Config: cfg, Store: st, Host: host, DockerAPI: dockerAPI, DockerSocket: DockerSocket()})
+		},
 	})
 	if err != nil {
 		return err

@@ -19,6 +19,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 
+	"github.com/mcpgate/mcpgate/doctor"
 	"github.com/mcpgate/mcpgate/isolation"
 	"github.com/mcpgate/mcpgate/migrations"
 	"github.com/mcpgate/mcpgate/openapi"
@@ -41,6 +42,8 @@ type Options struct {
 	JWT              JWTOptions
 	// ExtraArgs validates isolation.extra_args (the Docker runner's set).
 	ExtraArgs ExtraArgsFunc
+	// Doctor runs the deployment checks for GET /api/v1/doctor.
+	Doctor func(ctx context.Context) doctor.Report
 }
 
 // Server serves the HTTP API of one replica.
@@ -55,6 +58,7 @@ type Server struct {
 	dockerAPI      func() string
 	jwt            *jwtVerifier
 	extraArgs      ExtraArgsFunc
+	doctor         func(ctx context.Context) doctor.Report
 }
 
 // New builds the HTTP surface.
@@ -66,6 +70,7 @@ func New(opts Options) (*Server, error) {
 	s := &Server{
 		store: opts.Store, log: opts.Log, api: api, replicaID: opts.ReplicaID, version: opts.Version,
 		host: opts.HostFunc, dockerAPI: opts.DockerAPIVersion, extraArgs: opts.ExtraArgs,
+		doctor: opts.Doctor,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -137,6 +142,7 @@ func (s *Server) Handler() http.Handler {
 			r.Get("/config", s.handle(s.getConfig))
 			r.Patch("/config", s.handle(s.updateConfig))
 			r.Get("/activity", s.handle(s.listActivity))
+			r.Get("/doctor", s.handle(s.getDoctor))
 		})
 	})
 	return r

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/apikey"
 	"github.com/mcpgate/mcpgate/config"
+	"github.com/mcpgate/mcpgate/doctor"
 	"github.com/mcpgate/mcpgate/server"
 	"github.com/mcpgate/mcpgate/store"
 )
@@ -30,6 +32,7 @@ func init() {
 		"version": {"print the version", func(context.Context, []string) error { fmt.Println(server.Version); return nil }},
 		"user":    {"break-glass: `user create --email E [--role admin|member] [--name N]`", userCmd},
 		"token":   {"break-glass: `token create --email E [--kind personal|agent] [--name N] [--expires-in 30d]`", tokenCmd},
+		"doctor":  {"check the deployment; `--json` for scripts; exits 1 when anything is wrong", doctorCmd},
 		"help":    {"show this help", func(context.Context, []string) error { usage(); return nil }},
 	}
 }
@@ -154,5 +157,45 @@ func tokenCmd(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(os.Stderr, "created %s token %d for %s, expires %s; it is shown once:\n", t.Kind, t.ID, u.Email, t.ExpiresAt.Format(time.RFC3339))
 	fmt.Println(key.Plain)
+	return nil
+}
+
+func doctorCmd(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := config.Load(os.Getenv, os.Geteuid())
+	if err != nil {
+		return err
+	}
+	log := server.NewLogger(io.Discard, "error")
+	in := doctor.Inputs{Config: cfg, DockerSocket: server.DockerSocket()}
+	db, err := server.OpenDatabase(ctx, cfg, log, true)
+	if err != nil {
+		in.StoreErr = err
+	} else {
+		defer db.Close()
+		if sealer, err := server.LoadSecretKey(cfg, log); err == nil {
+			in.Store = store.New(db.Pool, sealer)
+		} else {
+			in.StoreErr = err
+		}
+	}
+	in.Host, in.DockerAPI = server.ProbeHost(ctx, "doctor", log)
+	rep := doctor.Run(ctx, in)
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(rep)
+	} else {
+		for _, c := range rep.Checks {
+			fmt.Printf("%-5s %-24s %s\n", c.Status, c.Name, c.Detail)
+		}
+	}
+	if !rep.OK {
+		return errors.New("problems found")
+	}
 	return nil
 }
