@@ -1,0 +1,206 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpgate/mcpgate/catalog"
+	"github.com/mcpgate/mcpgate/store"
+	"github.com/mcpgate/mcpgate/upstream"
+)
+
+// Server states beyond upstream's: StateQuarantined is reported for a
+// quarantined server whatever its instance does.
+const StateQuarantined = "quarantined"
+
+// Status is a server's live state on this replica, for the REST server
+// object's status.
+type Status struct {
+	State          string     `json:"state"` // connecting, ready, error, stopped, quarantined
+	LastError      string     `json:"last_error,omitempty"`
+	ToolCount      int        `json:"tool_count"`
+	ConnectedSince *time.Time `json:"connected_since,omitempty"`
+}
+
+// Status returns what this replica knows of server name. An unknown or
+// disabled server is "stopped"; one that cannot run here is "error" with
+// the reason (for example docker-unavailable).
+func (g *Gateway) Status(name string) Status {
+	g.mu.RLock()
+	info := g.servers[name]
+	g.mu.RUnlock()
+	if info == nil || !info.Enabled {
+		return Status{State: string(upstream.StateStopped)}
+	}
+	if info.Blocked != "" {
+		return Status{State: string(upstream.StateError), LastError: "cannot run on this replica: " + info.Blocked}
+	}
+	st, ok := g.sup.Status(name)
+	if !ok {
+		return Status{State: string(upstream.StateStopped)}
+	}
+	out := Status{State: string(st.State), LastError: st.LastError, ToolCount: st.ToolCount}
+	if !st.ConnectedSince.IsZero() {
+		t := st.ConnectedSince
+		out.ConnectedSince = &t
+	}
+	if info.Quarantined {
+		out.State = StateQuarantined
+	}
+	return out
+}
+
+// ToolState is one tool of a server with its approval state, for
+// GET /servers/{name}/tools.
+type ToolState struct {
+	Name         string               `json:"name"`
+	Title        string               `json:"title,omitempty"`
+	Description  string               `json:"description,omitempty"`
+	InputSchema  any                  `json:"input_schema,omitempty"`
+	OutputSchema any                  `json:"output_schema,omitempty"`
+	Annotations  *mcp.ToolAnnotations `json:"annotations,omitempty"`
+	Variant      string               `json:"variant"` // read, write or destructive
+	State        string               `json:"state"`   // approved, pending, changed, quarantined
+	Pin          string               `json:"pin"`     // SHA-256 of the tool as it is now
+}
+
+// Tools returns the tools server name offers now, with their approval
+// states. A personal server that never ran on this replica is started (and
+// waited for, within ctx) so that its owner can review it before approving.
+func (g *Gateway) Tools(ctx context.Context, name string) ([]ToolState, error) {
+	info, err := g.known(name)
+	if err != nil {
+		return nil, err
+	}
+	entries, err := g.currentTools(ctx, info)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ToolState, 0, len(entries))
+	for _, e := range entries {
+		t := e.Tool
+		out = append(out, ToolState{Name: t.Name, Title: t.Title, Description: t.Description,
+			InputSchema: t.InputSchema, OutputSchema: t.OutputSchema, Annotations: t.Annotations,
+			Variant: string(catalog.RequiredVariant(t.Annotations)), State: g.toolState(info, t.Name, e.Pin), Pin: e.Pin})
+	}
+	return out, nil
+}
+
+func (g *Gateway) known(name string) (*serverInfo, error) {
+	g.mu.RLock()
+	info := g.servers[name]
+	g.mu.RUnlock()
+	if info == nil {
+		return nil, fmt.Errorf("server %q: %w", name, ErrNotFound)
+	}
+	return info, nil
+}
+
+// currentTools returns the server's listing, starting a never-listed
+// enabled server first.
+func (g *Gateway) currentTools(ctx context.Context, info *serverInfo) ([]catalog.Entry, error) {
+	only := func(s string) bool { return s == info.Name }
+	entries := g.cat.List(only)
+	if len(entries) > 0 || !info.Enabled || info.Blocked != "" {
+		return entries, nil
+	}
+	inst, release, err := g.sup.Acquire(ctx, info.Name)
+	if err != nil {
+		return nil, fmt.Errorf("starting server %q: %w", info.Name, err)
+	}
+	defer release()
+	if err := inst.WaitReady(ctx); err != nil {
+		return nil, fmt.Errorf("listing tools of %q: %w", info.Name, err)
+	}
+	// The listing reaches the catalog from the instance's callback, which
+	// has run by the time the instance reports ready.
+	g.toolsChanged(info.Name, inst.Tools())
+	return g.cat.List(only), nil
+}
+
+// Logs returns up to tail of the server's last stderr lines on this replica.
+func (g *Gateway) Logs(name string, tail int) []string {
+	inst, ok := g.sup.Instance(name)
+	if !ok {
+		return []string{}
+	}
+	lines := inst.Logs(tail)
+	if lines == nil {
+		lines = []string{}
+	}
+	return lines
+}
+
+// Search ranks the tools of the servers allow accepts (nil: all), for
+// GET /tools?q=. SearchAs applies the MCP visibility rules instead.
+func (g *Gateway) Search(query string, limit int, allow func(server string) bool) []catalog.Result {
+	return g.cat.Search(query, limit, allow)
+}
+
+// SearchAs ranks the tools c may see over MCP (see retrieve_tools).
+func (g *Gateway) SearchAs(c Caller, query string, limit int) []catalog.Result {
+	return g.cat.Search(query, limit, func(server string) bool {
+		_, ok := g.visible(&c, server)
+		return ok
+	})
+}
+
+// Restart restarts server name's instance on this replica now and waits
+// until it is ready; a stopped personal server is started. Other replicas
+// restart theirs when the restart route's notification reaches them
+// (store.RecordServerAction).
+func (g *Gateway) Restart(ctx context.Context, name string) error {
+	info, err := g.known(name)
+	if err != nil {
+		return err
+	}
+	if !info.Enabled {
+		return fmt.Errorf("server %q is disabled", name)
+	}
+	if info.Blocked != "" {
+		return fmt.Errorf("server %q cannot run on this replica: %s", name, info.Blocked)
+	}
+	g.mu.Lock()
+	g.restarted[name] = time.Now()
+	g.mu.Unlock()
+	if err := g.sup.Restart(ctx, name); err != nil {
+		return fmt.Errorf("restarting %q: %w", name, err)
+	}
+	return nil
+}
+
+// Approve pins every tool server name offers now and lifts its quarantine,
+// in one transaction; every replica reloads the pins on the notification.
+// The caller checks that the actor may approve (MayManage). A server that
+// is enabled but not running is started first, to list its tools.
+func (g *Gateway) Approve(ctx context.Context, a store.Actor, name string) (store.Server, error) {
+	info, err := g.known(name)
+	if err != nil {
+		return store.Server{}, err
+	}
+	entries, err := g.currentTools(ctx, info)
+	if err != nil {
+		return store.Server{}, fmt.Errorf("approving %q: %w", name, err)
+	}
+	pins := make(map[string]string, len(entries))
+	for _, e := range entries {
+		pins[e.Tool.Name] = e.Pin
+	}
+	srv, err := g.store.ApproveServer(ctx, a, store.Scope{All: true}, name, pins)
+	if err != nil {
+		return store.Server{}, fmt.Errorf("approving %q: %w", name, err)
+	}
+	// This replica need not wait for its own notification.
+	g.mu.Lock()
+	g.pins[name] = pins
+	if cur := g.servers[name]; cur != nil {
+		cp := *cur
+		cp.Quarantined, cp.UpdatedAt = false, srv.UpdatedAt
+		g.servers[name] = &cp
+	}
+	g.mu.Unlock()
+	return srv, nil
+}
