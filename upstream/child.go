@@ -60,7 +60,7 @@ type Isolation struct {
 	NetworkMode string
 	MemoryLimit string
 	CPULimit    string
-	ExtraArgs   []string
+	ExtraArgs   map[string]any
 }
 
 // ProcessLauncher starts children as plain processes in their own process

@@ -48,7 +48,7 @@ func shell(t *testing.T) string {
 	return p
 }
 
-func mcpecho(t *testing.T) string { return testbin.Build(t, "internal/cmd/mcpecho") }
+func mcpecho(t testing.TB) string { return testbin.Build(t, "internal/cmd/mcpecho") }
 
 // recordingLauncher is a ProcessLauncher that hands each child to the test.
 type recordingLauncher struct {
