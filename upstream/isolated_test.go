@@ -74,7 +74,9 @@ func initializeThrough(t testing.TB, l Launcher, spec Spec) (*mcp.ClientSession,
 	return cs, child
 }
 
-type readCloser struct{ r interface{ Read([]byte) (int, error) } }
+type readCloser struct {
+	r interface{ Read([]byte) (int, error) }
+}
 
 func (r readCloser) Read(p []byte) (int, error) { return r.r.Read(p) }
 func (r readCloser) Close() error               { return nil }
