@@ -17,6 +17,7 @@ import (
 // Config is the deployment configuration of one replica.
 type Config struct {
 	Listen        string // MCPGATE_LISTEN
+	MetricsListen string // MCPGATE_METRICS_LISTEN; empty: /metrics on Listen, admins only
 	DataDir       string // MCPGATE_DATA_DIR
 	DatabaseURL   string // MCPGATE_DATABASE_URL; empty: a private PostgreSQL in DataDir/pg
 	AdminToken    string // MCPGATE_ADMIN_TOKEN; empty: no bootstrap admin
@@ -45,6 +46,7 @@ type Var struct {
 // Vars lists every variable Load reads.
 var Vars = []Var{
 	{"MCPGATE_LISTEN", ":8080", "address of the HTTP listener (REST, /mcp, health)"},
+	{"MCPGATE_METRICS_LISTEN", "(unset)", "serve Prometheus /metrics without authentication on this address; unset, /metrics is on MCPGATE_LISTEN for admins"},
 	{"MCPGATE_DATA_DIR", "./data (/data in the image)", "directory for the private PostgreSQL, the secret key and per-server sandbox dirs"},
 	{"MCPGATE_DATABASE_URL", "(unset: private PostgreSQL)", "PostgreSQL connection URL; unset, `serve` starts a private PostgreSQL in `<data_dir>/pg` on a unix socket"},
 	{"MCPGATE_ADMIN_TOKEN", "(unset)", "bootstrap token that authenticates as the built-in admin; at least 32 characters"},
@@ -65,16 +67,17 @@ var Vars = []Var{
 // naming the variable, so a bad deployment stops at start, not at first use.
 func Load(getenv func(string) string, uid int) (Config, error) {
 	c := Config{
-		Listen:      cmp.Or(getenv("MCPGATE_LISTEN"), ":8080"),
-		DataDir:     cmp.Or(getenv("MCPGATE_DATA_DIR"), "data"),
-		DatabaseURL: getenv("MCPGATE_DATABASE_URL"),
-		AdminToken:  getenv("MCPGATE_ADMIN_TOKEN"),
-		PublicURL:   strings.TrimRight(cmp.Or(getenv("MCPGATE_PUBLIC_URL"), "http://localhost:8080"), "/"),
-		LogLevel:    strings.ToLower(cmp.Or(getenv("MCPGATE_LOG_LEVEL"), "info")),
-		ReplicaID:   getenv("MCPGATE_REPLICA_ID"),
-		JWTIssuer:   getenv("MCPGATE_JWT_ISSUER"),
-		JWTAudience: getenv("MCPGATE_JWT_AUDIENCE"),
-		JWKSURL:     getenv("MCPGATE_JWT_JWKS_URL"),
+		Listen:        cmp.Or(getenv("MCPGATE_LISTEN"), ":8080"),
+		DataDir:       cmp.Or(getenv("MCPGATE_DATA_DIR"), "data"),
+		MetricsListen: getenv("MCPGATE_METRICS_LISTEN"),
+		DatabaseURL:   getenv("MCPGATE_DATABASE_URL"),
+		AdminToken:    getenv("MCPGATE_ADMIN_TOKEN"),
+		PublicURL:     strings.TrimRight(cmp.Or(getenv("MCPGATE_PUBLIC_URL"), "http://localhost:8080"), "/"),
+		LogLevel:      strings.ToLower(cmp.Or(getenv("MCPGATE_LOG_LEVEL"), "info")),
+		ReplicaID:     getenv("MCPGATE_REPLICA_ID"),
+		JWTIssuer:     getenv("MCPGATE_JWT_ISSUER"),
+		JWTAudience:   getenv("MCPGATE_JWT_AUDIENCE"),
+		JWKSURL:       getenv("MCPGATE_JWT_JWKS_URL"),
 	}
 	var err error
 	if c.DataDir, err = filepath.Abs(c.DataDir); err != nil {

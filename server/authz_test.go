@@ -50,6 +50,7 @@ func all(status int) expect { return expect{status, status, status} }
 
 // matrix is the expected status of every route, written out by hand.
 var matrix = map[string]cell{
+	"GET /metrics":                           {own: {403, 403, 200}},
 	"GET /api/v1/status":                     {own: all(200)},
 	"GET /api/v1/me":                         {own: all(200)},
 	"GET /api/v1/users":                      {own: {403, 403, 200}},

@@ -24,6 +24,7 @@ import (
 	"github.com/mcpgate/mcpgate/docker"
 	"github.com/mcpgate/mcpgate/doctor"
 	"github.com/mcpgate/mcpgate/isolation"
+	"github.com/mcpgate/mcpgate/metrics"
 	"github.com/mcpgate/mcpgate/migrations"
 	"github.com/mcpgate/mcpgate/pglocal"
 	"github.com/mcpgate/mcpgate/sandbox"
@@ -218,8 +219,18 @@ func Run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	reg := metrics.NewRegistry()
+	reg.NewGaugeFunc("mcpgate_db_pool_connections", "Database pool connections by state.", []string{"state"}, func() []metrics.Sample {
+		st := db.Pool.Stat()
+		return []metrics.Sample{
+			{Labels: []string{"acquired"}, Value: float64(st.AcquiredConns())},
+			{Labels: []string{"idle"}, Value: float64(st.IdleConns())},
+			{Labels: []string{"total"}, Value: float64(st.TotalConns())},
+		}
+	})
 	srv, err := New(Options{
-		Store: st, Log: log, AdminToken: cfg.AdminToken, ReplicaID: cfg.ReplicaID, Version: Version,
+		Metrics: reg,
+		Store:   st, Log: log, AdminToken: cfg.AdminToken, ReplicaID: cfg.ReplicaID, Version: Version,
 		HostFunc: func() isolation.Host { return host }, DockerAPIVersion: func() string { return dockerAPI },
 		JWT:       JWTOptions{SessionKey: sessionKey, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, JWKSURL: cfg.JWKSURL},
 		ExtraArgs: docker.ValidateExtraArgs,
@@ -250,6 +261,16 @@ func Run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 	} else if st, err := os.Lstat(sockPath); err == nil && st.Mode()&os.ModeSocket != 0 {
 		// Left by an earlier run with the socket on: off means no file.
 		os.Remove(sockPath)
+	}
+	if cfg.MetricsListen != "" {
+		ml, err := net.Listen("tcp", cfg.MetricsListen)
+		if err != nil {
+			return fmt.Errorf("MCPGATE_METRICS_LISTEN: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", srv.MetricsHandler())
+		servers = append(servers, &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog})
+		listeners = append(listeners, ml)
 	}
 	errc := make(chan error, len(servers))
 	for i, hs := range servers {

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"strconv"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/doctor"
 	"github.com/mcpgate/mcpgate/isolation"
+	"github.com/mcpgate/mcpgate/metrics"
 	"github.com/mcpgate/mcpgate/migrations"
 	"github.com/mcpgate/mcpgate/openapi"
 	"github.com/mcpgate/mcpgate/store"
@@ -44,6 +46,8 @@ type Options struct {
 	ExtraArgs ExtraArgsFunc
 	// Doctor runs the deployment checks for GET /api/v1/doctor.
 	Doctor func(ctx context.Context) doctor.Report
+	// Metrics is the process's registry; nil makes a private one.
+	Metrics *metrics.Registry
 }
 
 // Server serves the HTTP API of one replica.
@@ -59,6 +63,9 @@ type Server struct {
 	jwt            *jwtVerifier
 	extraArgs      ExtraArgsFunc
 	doctor         func(ctx context.Context) doctor.Report
+	metrics        *metrics.Registry
+	httpRequests   *metrics.Counter
+	httpDuration   *metrics.Histogram
 }
 
 // New builds the HTTP surface.
@@ -75,6 +82,13 @@ func New(opts Options) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	s.metrics = opts.Metrics
+	if s.metrics == nil {
+		s.metrics = metrics.NewRegistry()
+	}
+	s.httpRequests = s.metrics.NewCounter("mcpgate_http_requests_total", "HTTP requests by route and status.", "method", "route", "status")
+	s.httpDuration = s.metrics.NewHistogram("mcpgate_http_request_duration_seconds", "HTTP request latency by route.",
+		[]float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30}, "route")
 	if s.host == nil {
 		s.host = func() isolation.Host { return isolation.Host{} }
 	}
@@ -105,6 +119,13 @@ func (s *Server) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	r.Get("/readyz", s.handle(s.readyz))
+	r.With(s.authenticate).Get("/metrics", s.handle(func(w http.ResponseWriter, r *http.Request) error {
+		if err := requireAdmin(principal(r.Context())); err != nil {
+			return err
+		}
+		s.MetricsHandler().ServeHTTP(w, r)
+		return nil
+	}))
 
 	r.Route("/api/v1", func(r chi.Router) {
 		r.Get("/openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
@@ -146,6 +167,15 @@ func (s *Server) Handler() http.Handler {
 		})
 	})
 	return r
+}
+
+// MetricsHandler serves the Prometheus exposition, unauthenticated: mount
+// it only on a listener meant for it (MCPGATE_METRICS_LISTEN).
+func (s *Server) MetricsHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		s.metrics.Write(w)
+	})
 }
 
 // Routes lists every API route as "METHOD /path", for the authorization
@@ -211,6 +241,12 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 		start := time.Now()
 		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
 		next.ServeHTTP(ww, r)
+		route := "unmatched"
+		if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
+			route = rc.RoutePattern()
+		}
+		s.httpRequests.Inc(r.Method, route, strconv.Itoa(ww.Status()))
+		s.httpDuration.Observe(time.Since(start).Seconds(), route)
 		s.log.LogAttrs(r.Context(), slog.LevelInfo, "http request",
 			slog.String("method", r.Method), slog.String("path", r.URL.Path),
 			slog.Int("status", ww.Status()), slog.Duration("duration", time.Since(start)),
