@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -143,6 +144,7 @@ type Gateway struct {
 	// route sends does not restart the same instance twice.
 	restarted map[string]time.Time
 
+	inflight   atomic.Int64 // upstream calls in progress
 	kick       chan struct{}
 	pendMu     sync.Mutex
 	pendNames  map[string]bool
@@ -454,6 +456,9 @@ func (g *Gateway) desired(r store.Server, cfg settings.Config) (upstream.Desired
 		URL: r.URL, Headers: r.Headers,
 		InitTimeout: time.Duration(cfg.Upstreams.InitTimeoutSeconds) * time.Second,
 		CallTimeout: time.Duration(cfg.Upstreams.CallTimeoutSeconds) * time.Second,
+		// A crashed server is back within about a second; repeated crashes
+		// still back off to minutes.
+		Backoff: upstream.Backoff{Initial: time.Second},
 	}
 	d := upstream.Desired{Key: r.Name, Config: c}
 	if !r.Shared {

@@ -193,12 +193,13 @@ func (g *Gateway) Approve(ctx context.Context, a store.Actor, name string) (stor
 	if err != nil {
 		return store.Server{}, fmt.Errorf("approving %q: %w", name, err)
 	}
-	// This replica need not wait for its own notification.
+	// This replica need not wait for its own notification. UpdatedAt stays
+	// as it was: the notification must look like a change, not a restart.
 	g.mu.Lock()
 	g.pins[name] = pins
 	if cur := g.servers[name]; cur != nil {
 		cp := *cur
-		cp.Quarantined, cp.UpdatedAt = false, srv.UpdatedAt
+		cp.Quarantined = false
 		g.servers[name] = &cp
 	}
 	g.mu.Unlock()

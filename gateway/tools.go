@@ -307,7 +307,9 @@ func (g *Gateway) call(ctx context.Context, c *Caller, extra *mcp.RequestExtra, 
 	if err := catalog.CheckCall(used, e.Tool.Annotations, c.EffectiveScopes()); err != nil {
 		return errorResult("tool %q refused: %v", name, err), nil
 	}
+	g.inflight.Add(1)
 	res, err = g.sup.Call(ctx, server, tool, args)
+	g.inflight.Add(-1)
 	if err == nil {
 		outcome = OutcomeOK
 		if res.IsError {
