@@ -408,7 +408,7 @@ func (s *Store) UpdateOAuthToken(ctx context.Context, serverID, userID int64,
 	}
 	defer tx.Rollback(ctx)
 	cur, err := s.scanToken(tx.QueryRow(ctx, `SELECT `+oauthTokenCols+` FROM oauth_tokens
-		WHERE server_id = $1 AND user_key = $2 FOR UPDATE`, serverID, userID))
+		WHERE server_id = $1 AND user_key = $2`, serverID, userID))
 	if err != nil {
 		return OAuthToken{}, err
 	}

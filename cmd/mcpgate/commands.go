@@ -33,6 +33,7 @@ func init() {
 		"user":    {"break-glass: `user create --email E [--role admin|member] [--name N]`", userCmd},
 		"token":   {"break-glass: `token create --email E [--kind personal|agent] [--name N] [--expires-in 30d]`", tokenCmd},
 		"doctor":  {"check the deployment; `--json` for scripts; exits 1 when anything is wrong", doctorCmd},
+		"secrets": {"secret key rotation: `secrets status | add-key | rotate | retire KEY_ID`", secretsCmd},
 		"help":    {"show this help", func(context.Context, []string) error { usage(); return nil }},
 	}
 }
@@ -196,6 +197,81 @@ func doctorCmd(ctx context.Context, args []string) error {
 	}
 	if !rep.OK {
 		return errors.New("problems found")
+	}
+	return nil
+}
+
+func secretsCmd(ctx context.Context, args []string) error {
+	usage := errors.New("usage: mcpgate secrets status | add-key | rotate [--batch N] | retire KEY_ID")
+	if len(args) == 0 {
+		return usage
+	}
+	cfg, err := config.Load(os.Getenv, os.Geteuid())
+	if err != nil {
+		return err
+	}
+	log := server.NewLogger(io.Discard, "error")
+	kf, err := server.LoadSecretKey(cfg, log)
+	if err != nil {
+		return err
+	}
+	kr := kf.Keyring()
+	switch args[0] {
+	case "add-key":
+		id, err := kr.AddKey()
+		if err != nil {
+			return err
+		}
+		if err := kr.SetPrimary(id); err != nil {
+			return err
+		}
+		if err := kr.Save(cfg.SecretKeyFile); err != nil {
+			return err
+		}
+		fmt.Printf("key %s is the primary; new secrets use it. Run `mcpgate secrets rotate` to re-encrypt the others.\n", id)
+		return nil
+	case "status", "rotate", "retire":
+	default:
+		return usage
+	}
+	db, err := server.OpenDatabase(ctx, cfg, log, true)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	st := store.New(db.Pool, kf)
+	switch args[0] {
+	case "rotate":
+		fs := flag.NewFlagSet("secrets rotate", flag.ContinueOnError)
+		batch := fs.Int("batch", 100, "rows per transaction")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		n, err := st.RotateSecrets(ctx, *batch)
+		fmt.Printf("re-encrypted %d values under %s\n", n, kr.Primary())
+		return err
+	case "retire":
+		if len(args) != 2 {
+			return usage
+		}
+		counts, err := st.SealedKeyCounts(ctx)
+		if err != nil {
+			return err
+		}
+		if c := counts[args[1]]; c > 0 {
+			return fmt.Errorf("key %s still seals %d values: run `mcpgate secrets rotate` first", args[1], c)
+		}
+		if err := kr.Retire(args[1]); err != nil {
+			return err
+		}
+		return kr.Save(cfg.SecretKeyFile)
+	}
+	counts, err := st.SealedKeyCounts(ctx)
+	if err != nil {
+		return err
+	}
+	for _, k := range kr.Keys() {
+		fmt.Printf("%-8s %-8s %d values\n", k.ID, k.State, counts[k.ID])
 	}
 	return nil
 }
