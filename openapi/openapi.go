@@ -61,7 +61,9 @@ func (e *ErrNoRoute) Error() string { return fmt.Sprintf("no route %s %s", e.Met
 // ErrMethod means the path exists, but not with that method.
 type ErrMethod struct{ Method, Path string }
 
-func (e *ErrMethod) Error() string { return fmt.Sprintf("method %s not allowed on %s", e.Method, e.Path) }
+func (e *ErrMethod) Error() string {
+	return fmt.Sprintf("method %s not allowed on %s", e.Method, e.Path)
+}
 
 // ValidateRequest checks r (path, query, headers, body) and restores its
 // body for the handler. Authentication is not its business: the server's

@@ -91,9 +91,13 @@ func scopeArgs(sc Scope, more pgx.NamedArgs) pgx.NamedArgs {
 }
 
 // AAD strings bind each sealed value to its server row and field.
-func envAAD(id int64, key string) string    { return "servers/" + strconv.FormatInt(id, 10) + "/env/" + key }
-func headerAAD(id int64, key string) string { return "servers/" + strconv.FormatInt(id, 10) + "/headers/" + key }
-func urlAAD(id int64) string                { return "servers/" + strconv.FormatInt(id, 10) + "/url" }
+func envAAD(id int64, key string) string {
+	return "servers/" + strconv.FormatInt(id, 10) + "/env/" + key
+}
+func headerAAD(id int64, key string) string {
+	return "servers/" + strconv.FormatInt(id, 10) + "/headers/" + key
+}
+func urlAAD(id int64) string { return "servers/" + strconv.FormatInt(id, 10) + "/url" }
 
 func (s *Store) openServer(r serverRow) (Server, error) {
 	srv := Server{
