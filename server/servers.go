@@ -27,6 +27,15 @@ func (s *Server) defaults() settings.Config {
 	return settings.Defaults(isolation.DefaultGlobal(s.host()))
 }
 
+// writeServer answers with one server object.
+func (s *Server) writeServer(w http.ResponseWriter, r *http.Request, status int, srv store.Server) error {
+	v, err := s.view(r.Context(), srv)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, status, v)
+}
+
 func (s *Server) view(ctx context.Context, srv store.Server) (serverView, error) {
 	cfg, err := s.config(ctx)
 	if err != nil {
@@ -123,11 +132,7 @@ func (s *Server) getServer(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	v, err := s.view(r.Context(), srv)
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, v)
+	return s.writeServer(w, r, http.StatusOK, srv)
 }
 
 func (s *Server) createServer(w http.ResponseWriter, r *http.Request) error {
@@ -154,12 +159,8 @@ func (s *Server) createServer(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	v, err := s.view(r.Context(), created)
-	if err != nil {
-		return err
-	}
 	w.Header().Set("Location", "/api/v1/servers/"+created.Name)
-	return writeJSON(w, http.StatusCreated, v)
+	return s.writeServer(w, r, http.StatusCreated, created)
 }
 
 func (s *Server) updateServer(w http.ResponseWriter, r *http.Request) error {
@@ -193,11 +194,7 @@ func (s *Server) updateServer(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	v, err := s.view(r.Context(), updated)
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, v)
+	return s.writeServer(w, r, http.StatusOK, updated)
 }
 
 func (s *Server) deleteServer(w http.ResponseWriter, r *http.Request) error {
@@ -223,11 +220,7 @@ func (s *Server) restartServer(w http.ResponseWriter, r *http.Request) error {
 	if err := s.store.RecordServerAction(r.Context(), p.Actor(r.Context()), "server.restart", srv.Name); err != nil {
 		return err
 	}
-	v, err := s.view(r.Context(), srv)
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusAccepted, v)
+	return s.writeServer(w, r, http.StatusAccepted, srv)
 }
 
 func (s *Server) setQuarantine(w http.ResponseWriter, r *http.Request, quarantined bool) error {
@@ -247,11 +240,7 @@ func (s *Server) setQuarantine(w http.ResponseWriter, r *http.Request, quarantin
 	if err != nil {
 		return err
 	}
-	v, err := s.view(r.Context(), updated)
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, v)
+	return s.writeServer(w, r, http.StatusOK, updated)
 }
 
 func (s *Server) approveServer(w http.ResponseWriter, r *http.Request) error {

@@ -93,11 +93,18 @@ func (s *Server) createUser(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusCreated, viewUser(u))
 }
 
-func (s *Server) getUser(w http.ResponseWriter, r *http.Request) error {
-	if err := requireAdmin(principal(r.Context())); err != nil {
-		return err
+// adminTarget checks the caller is an admin and reads the {id} of the path.
+func adminTarget(r *http.Request) (*Principal, int64, error) {
+	p := principal(r.Context())
+	if err := requireAdmin(p); err != nil {
+		return nil, 0, err
 	}
 	id, err := pathID(r)
+	return p, id, err
+}
+
+func (s *Server) getUser(w http.ResponseWriter, r *http.Request) error {
+	_, id, err := adminTarget(r)
 	if err != nil {
 		return err
 	}
@@ -109,11 +116,7 @@ func (s *Server) getUser(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) updateUser(w http.ResponseWriter, r *http.Request) error {
-	p := principal(r.Context())
-	if err := requireAdmin(p); err != nil {
-		return err
-	}
-	id, err := pathID(r)
+	p, id, err := adminTarget(r)
 	if err != nil {
 		return err
 	}
@@ -143,11 +146,7 @@ func (s *Server) updateUser(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) deleteUser(w http.ResponseWriter, r *http.Request) error {
-	p := principal(r.Context())
-	if err := requireAdmin(p); err != nil {
-		return err
-	}
-	id, err := pathID(r)
+	p, id, err := adminTarget(r)
 	if err != nil {
 		return err
 	}
