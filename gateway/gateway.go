@@ -101,6 +101,11 @@ type Options struct {
 	// AuthenticateFunc resolves a bearer token; an error means 401. It runs
 	// on every MCP HTTP request.
 	AuthenticateFunc func(ctx context.Context, bearer string) (Caller, error)
+	// AuthCacheTTL keeps a successful AuthenticateFunc result for this long,
+	// keyed by the token's SHA-256, so a busy client does not cost a
+	// database round trip per request. A revoked or expired token then keeps
+	// working on /mcp for up to the TTL. 0 (default): no cache.
+	AuthCacheTTL time.Duration
 	// Admin backs upstream_servers add/patch/remove; nil: those actions are
 	// refused.
 	Admin ServerAdmin
@@ -145,6 +150,8 @@ type Gateway struct {
 	restarted map[string]time.Time
 
 	inflight   atomic.Int64 // upstream calls in progress
+	syncs      atomic.Int64 // completed re-reads, for tests
+	auth       authCache
 	kick       chan struct{}
 	pendMu     sync.Mutex
 	pendNames  map[string]bool
@@ -204,6 +211,7 @@ func New(ctx context.Context, opts *Options) (*Gateway, error) {
 		kick:      make(chan struct{}, 1),
 		pendNames: map[string]bool{},
 	}
+	g.auth.ttl = o.AuthCacheTTL
 	g.launcher = &modeLauncher{def: o.Launcher, byMode: o.Launchers, log: log, warned: map[string]bool{}}
 
 	cfg, err := g.loadSettings(ctx)
@@ -408,6 +416,7 @@ func (g *Gateway) sync(ctx context.Context, notified map[string]bool) error {
 	for _, name := range restart {
 		g.restartIfLive(name)
 	}
+	g.syncs.Add(1)
 	return nil
 }
 

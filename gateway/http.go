@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -39,9 +41,13 @@ func (g *Gateway) newHandler() http.Handler {
 }
 
 func (g *Gateway) verify(ctx context.Context, bearer string, _ *http.Request) (*auth.TokenInfo, error) {
-	c, err := g.opts.AuthenticateFunc(ctx, bearer)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", auth.ErrInvalidToken, err)
+	c, ok := g.auth.get(bearer)
+	if !ok {
+		var err error
+		if c, err = g.opts.AuthenticateFunc(ctx, bearer); err != nil {
+			return nil, fmt.Errorf("%w: %v", auth.ErrInvalidToken, err)
+		}
+		g.auth.put(bearer, c)
 	}
 	return &auth.TokenInfo{
 		UserID: strconv.FormatInt(c.UserID, 10),
@@ -135,4 +141,47 @@ func (g *Gateway) requestID(ctx context.Context, extra *mcp.RequestExtra) string
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// authCacheMax bounds the cache; past it, the cache starts over.
+const authCacheMax = 10000
+
+// authCache remembers recent successful authentications (see
+// Options.AuthCacheTTL). Failures are never cached.
+type authCache struct {
+	ttl time.Duration
+	mu  sync.Mutex
+	m   map[[32]byte]authEntry
+}
+
+type authEntry struct {
+	c     Caller
+	until time.Time
+}
+
+func (a *authCache) get(bearer string) (Caller, bool) {
+	if a.ttl <= 0 {
+		return Caller{}, false
+	}
+	k := sha256.Sum256([]byte(bearer))
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e, ok := a.m[k]
+	if !ok || time.Now().After(e.until) {
+		return Caller{}, false
+	}
+	return e.c, true
+}
+
+func (a *authCache) put(bearer string, c Caller) {
+	if a.ttl <= 0 {
+		return
+	}
+	k := sha256.Sum256([]byte(bearer))
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.m == nil || len(a.m) >= authCacheMax {
+		a.m = make(map[[32]byte]authEntry)
+	}
+	a.m[k] = authEntry{c: c, until: time.Now().Add(a.ttl)}
 }
