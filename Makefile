@@ -22,3 +22,23 @@ vet:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./sandbox/ ./docker/ ./catalog/ ./gateway/
+
+# Container images, built with no registry (see the Dockerfile): the binary
+# first, then the legacy builder, which needs no buildx.
+IMAGE      ?= mcpgate
+BASE_IMAGE ?= mcpgate-base:bookworm
+DOCKER     ?= docker
+
+.PHONY: image image-full
+
+image:
+	CGO_ENABLED=0 $(GO) build -tags timetzdata -trimpath -ldflags '$(LDFLAGS)' -o bin/image/mcpgate ./cmd/mcpgate
+	deploy/image-context.sh bin/image/mcpgate bin/image
+	DOCKER_BUILDKIT=0 $(DOCKER) build --target slim --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) -t $(IMAGE):latest .
+
+# The base (Debian with node, npm, python3) takes a few minutes the first time.
+image-full:
+	MCPGATE_BASE_IMAGE=$(BASE_IMAGE) deploy/base/build.sh
+	CGO_ENABLED=0 $(GO) build -tags timetzdata -trimpath -ldflags '$(LDFLAGS)' -o bin/image/mcpgate ./cmd/mcpgate
+	deploy/image-context.sh bin/image/mcpgate bin/image
+	DOCKER_BUILDKIT=0 $(DOCKER) build --target full --build-arg FULL_BASE=$(BASE_IMAGE) --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION)-full -t $(IMAGE):full .

@@ -1,0 +1,249 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/compose-spec/compose-go/v2/dotenv"
+	"github.com/compose-spec/compose-go/v2/loader"
+	"github.com/compose-spec/compose-go/v2/types"
+
+	"github.com/mcpgate/mcpgate/config"
+)
+
+// repoRoot is the module root, where compose.yaml, the Dockerfile and the
+// README live; tests run in e2e/.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// loadCompose loads compose.yaml with the Compose Specification's own loader
+// (schema validation included), interpolating from env only, so the result
+// does not depend on the machine's environment.
+func loadCompose(t *testing.T, env map[string]string) (*types.Project, error) {
+	t.Helper()
+	root := repoRoot(t)
+	return loader.LoadWithContext(context.Background(), types.ConfigDetails{
+		WorkingDir:  root,
+		ConfigFiles: []types.ConfigFile{{Filename: filepath.Join(root, "compose.yaml")}},
+		Environment: env,
+	})
+}
+
+func envExample(t *testing.T) map[string]string {
+	t.Helper()
+	env, err := dotenv.Read(filepath.Join(repoRoot(t), ".env.example"))
+	if err != nil {
+		t.Fatalf("reading .env.example: %v", err)
+	}
+	return env
+}
+
+// The compose file loads and validates with .env.example's values, and has
+// what a deployment relies on: the gateway waits for a healthy database,
+// both are health-checked, each keeps its data on its own named volume, and
+// nothing stops `--scale gateway=N`.
+func TestComposeFile(t *testing.T) {
+	env := envExample(t)
+	for _, k := range []string{"MCPGATE_ADMIN_TOKEN", "MCPGATE_SECRET_KEY_FILE", "MCPGATE_SANDBOX_FAIL_CLOSED", "POSTGRES_PASSWORD"} {
+		if _, ok := env[k]; !ok {
+			t.Errorf(".env.example does not set %s", k)
+		}
+	}
+	p, err := loadCompose(t, env)
+	if err != nil {
+		t.Fatalf("compose.yaml does not load: %v", err)
+	}
+	if p.Name != "mcpgate" {
+		t.Errorf("project name %q, want mcpgate", p.Name)
+	}
+	gw, ok := p.Services["gateway"]
+	if !ok {
+		t.Fatalf("no gateway service; services: %v", p.ServiceNames())
+	}
+	db, ok := p.Services["db"]
+	if !ok {
+		t.Fatalf("no db service; services: %v", p.ServiceNames())
+	}
+
+	for _, s := range []types.ServiceConfig{gw, db} {
+		if s.ContainerName != "" {
+			t.Errorf("%s: container_name %q prevents --scale", s.Name, s.ContainerName)
+		}
+		if s.HealthCheck == nil || s.HealthCheck.Disable || len(s.HealthCheck.Test) < 2 {
+			t.Errorf("%s: no healthcheck: %+v", s.Name, s.HealthCheck)
+		}
+	}
+	if want := dockerfileHealthcheck(t); gw.HealthCheck != nil && !slices.Equal([]string(gw.HealthCheck.Test), want) {
+		t.Errorf("gateway healthcheck %q, want the image's %q", gw.HealthCheck.Test, want)
+	}
+	if dep, ok := gw.DependsOn["db"]; !ok || dep.Condition != types.ServiceConditionHealthy {
+		t.Errorf("gateway depends_on db = %+v, want condition service_healthy", gw.DependsOn)
+	}
+
+	gwVol := namedVolumeAt(gw, "/data")
+	dbVol := namedVolumeAt(db, "/var/lib/postgresql/data")
+	if gwVol == "" || dbVol == "" || gwVol == dbVol {
+		t.Errorf("want distinct named volumes on the gateway's /data and the database's data dir; got %q and %q", gwVol, dbVol)
+	}
+	for _, v := range []string{gwVol, dbVol} {
+		if _, ok := p.Volumes[v]; v != "" && !ok {
+			t.Errorf("volume %q is not declared at the top level", v)
+		}
+	}
+	for _, s := range []types.ServiceConfig{gw, db} {
+		for _, v := range s.Volumes {
+			if strings.Contains(v.Source, "docker.sock") {
+				t.Errorf("%s mounts the Docker socket by default", s.Name)
+			}
+		}
+	}
+
+	// Replicas must not fight over one host port: publish nothing, or a range.
+	for _, port := range gw.Ports {
+		if port.Published != "" && !strings.Contains(port.Published, "-") {
+			t.Errorf("gateway publishes the fixed host port %s; a second replica could not start", port.Published)
+		}
+	}
+	if len(db.Ports) != 0 {
+		t.Errorf("the database publishes ports %+v; only the gateway needs it", db.Ports)
+	}
+
+	url := gw.Environment["MCPGATE_DATABASE_URL"]
+	if url == nil || !strings.Contains(*url, "@db:5432/") || !strings.Contains(*url, env["POSTGRES_PASSWORD"]) {
+		t.Errorf("MCPGATE_DATABASE_URL = %v; want the db service with the .env password", url)
+	}
+	if pw := db.Environment["POSTGRES_PASSWORD"]; pw == nil || *pw != env["POSTGRES_PASSWORD"] {
+		t.Errorf("db POSTGRES_PASSWORD = %v; want the .env value", pw)
+	}
+	// The gateway's configuration accepts what compose hands it.
+	gwEnv := map[string]string{}
+	for k, v := range gw.Environment {
+		if v != nil {
+			gwEnv[k] = *v
+		}
+	}
+	if _, err := config.Load(func(k string) string { return gwEnv[k] }, 65532); err != nil {
+		t.Errorf("the gateway would refuse the compose environment: %v", err)
+	}
+
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "compose.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^\s*#\s*-\s*/var/run/docker\.sock:/var/run/docker\.sock`).Match(raw) ||
+		!strings.Contains(string(raw), "WARNING") {
+		t.Error("compose.yaml lacks the commented-out Docker socket mount with its warning")
+	}
+}
+
+// Without a database password the file refuses to load, instead of starting
+// PostgreSQL with an empty one.
+func TestComposeNeedsPostgresPassword(t *testing.T) {
+	env := envExample(t)
+	delete(env, "POSTGRES_PASSWORD")
+	if _, err := loadCompose(t, env); err == nil || !strings.Contains(err.Error(), "POSTGRES_PASSWORD") {
+		t.Fatalf("loading without POSTGRES_PASSWORD: err = %v; want one naming it", err)
+	}
+}
+
+// Every variable the compose file interpolates is set in .env.example, and
+// every variable either file names is documented in the README; the MCPGATE_
+// ones are also variables the binary reads.
+func TestComposeVariablesDocumented(t *testing.T) {
+	root := repoRoot(t)
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(root, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	compose, example, readme := read("compose.yaml"), read(".env.example"), read("README.md")
+	env := envExample(t)
+
+	interpolated := map[string]bool{}
+	for _, m := range regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)`).FindAllStringSubmatch(uncommented(compose), -1) {
+		interpolated[m[1]] = true
+	}
+	if len(interpolated) == 0 {
+		t.Fatal("found no ${VAR} in compose.yaml")
+	}
+	for v := range interpolated {
+		if _, ok := env[v]; !ok {
+			t.Errorf("compose.yaml uses ${%s}, which .env.example does not set", v)
+		}
+	}
+
+	read_ := map[string]bool{}
+	for _, v := range config.Vars {
+		read_[v.Name] = true
+	}
+	named := map[string]bool{}
+	for v := range env {
+		named[v] = true
+	}
+	for v := range interpolated {
+		named[v] = true
+	}
+	for _, m := range regexp.MustCompile(`MCPGATE_[A-Z0-9_]+`).FindAllString(compose+example, -1) {
+		named[m] = true
+	}
+	for v := range named {
+		if !strings.Contains(readme, "`"+v+"`") {
+			t.Errorf("%s is used by compose.yaml or .env.example but not documented in README.md", v)
+		}
+		if strings.HasPrefix(v, "MCPGATE_") && !read_[v] {
+			t.Errorf("%s is set for the gateway, which does not read it (not in config.Vars)", v)
+		}
+	}
+}
+
+// uncommented drops YAML comment lines, where commented-out examples live.
+func uncommented(s string) string {
+	var b strings.Builder
+	for line := range strings.Lines(s) {
+		if !strings.HasPrefix(strings.TrimSpace(line), "#") {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
+}
+
+func namedVolumeAt(s types.ServiceConfig, target string) string {
+	for _, v := range s.Volumes {
+		if v.Target == target && v.Type == types.VolumeTypeVolume {
+			return v.Source
+		}
+	}
+	return ""
+}
+
+// dockerfileHealthcheck returns the exec form of the slim target's
+// HEALTHCHECK, as compose writes it: ["CMD", args...].
+func dockerfileHealthcheck(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^HEALTHCHECK .*CMD \[(.*)\]\s*$`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("the Dockerfile has no exec-form HEALTHCHECK")
+	}
+	out := []string{"CMD"}
+	for _, f := range strings.Split(string(m[1]), ",") {
+		out = append(out, strings.Trim(strings.TrimSpace(f), `"`))
+	}
+	return out
+}
