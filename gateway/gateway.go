@@ -88,12 +88,11 @@ type Options struct {
 	ReplicaID string
 	// Version is sent as serverInfo.version and clientInfo.version.
 	Version string
-	// Launcher starts stdio children whose isolation resolves to "none", and
-	// any mode Launchers has no entry for (logged once per server); default
-	// a plain upstream.ProcessLauncher.
+	// Launcher starts stdio children; Spec.Isolation carries the resolved
+	// mode and knobs, so an upstream.IsolatingLauncher confines each child
+	// as resolved. Default: a plain upstream.ProcessLauncher, which runs
+	// every child unconfined whatever its mode (logged once per server).
 	Launcher upstream.Launcher
-	// Launchers maps an isolation mode ("sandbox", "docker") to its launcher.
-	Launchers map[string]upstream.Launcher
 	// Host is what this machine offers, for isolation resolution.
 	Host isolation.Host
 	// HTTPTransport is the base transport to remote upstreams.
@@ -139,7 +138,7 @@ type Gateway struct {
 	handler  http.Handler
 	mcpSrv   *mcp.Server
 	allSrv   *mcp.Server
-	launcher *modeLauncher
+	launcher upstream.Launcher
 
 	mu      sync.RWMutex
 	servers map[string]*serverInfo // every server row, by name
@@ -184,9 +183,6 @@ func New(ctx context.Context, opts *Options) (*Gateway, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	if o.Launcher == nil {
-		o.Launcher = &upstream.ProcessLauncher{}
-	}
 	if o.Version == "" {
 		o.Version = "dev"
 	}
@@ -212,7 +208,10 @@ func New(ctx context.Context, opts *Options) (*Gateway, error) {
 		pendNames: map[string]bool{},
 	}
 	g.auth.ttl = o.AuthCacheTTL
-	g.launcher = &modeLauncher{def: o.Launcher, byMode: o.Launchers, log: log, warned: map[string]bool{}}
+	g.launcher = o.Launcher
+	if g.launcher == nil {
+		g.launcher = &plainLauncher{log: log, warned: map[string]bool{}}
+	}
 
 	cfg, err := g.loadSettings(ctx)
 	if err != nil {
@@ -446,7 +445,7 @@ func (g *Gateway) desired(r store.Server, cfg settings.Config) (upstream.Desired
 	if eff.Source == isolation.SourceDockerUnavailable || eff.Source == isolation.SourceUnsupportedMode {
 		return upstream.Desired{}, eff.Source
 	}
-	iso := upstream.Isolation{Mode: eff.Mode, NetworkMode: cfg.Isolation.NetworkMode}
+	iso := upstream.Isolation{Mode: eff.Mode, NetworkMode: cfg.Isolation.NetworkMode, ExtraArgs: r.Isolation.ExtraArgs}
 	if v := r.Isolation.Image; v != nil {
 		iso.Image = *v
 	}
@@ -491,27 +490,24 @@ func (g *Gateway) toolsChanged(key string, tools []*mcp.Tool) {
 	}
 }
 
-// modeLauncher starts each child with the launcher of its isolation mode.
-type modeLauncher struct {
-	def    upstream.Launcher
-	byMode map[string]upstream.Launcher
+// plainLauncher is the default launcher: plain processes for every mode,
+// until the HTTP layer wires an isolating one.
+type plainLauncher struct {
+	upstream.ProcessLauncher
 	log    *slog.Logger
 	mu     sync.Mutex
 	warned map[string]bool
 }
 
-func (m *modeLauncher) Launch(ctx context.Context, spec upstream.Spec) (upstream.Child, error) {
-	if l := m.byMode[spec.Isolation.Mode]; l != nil {
-		return l.Launch(ctx, spec)
-	}
+func (p *plainLauncher) Launch(ctx context.Context, spec upstream.Spec) (upstream.Child, error) {
 	if spec.Isolation.Mode != isolation.None && spec.Isolation.Mode != "" {
-		m.mu.Lock()
-		if !m.warned[spec.Server] {
-			m.warned[spec.Server] = true
-			m.log.Warn("no launcher for this isolation mode; starting the server unconfined",
+		p.mu.Lock()
+		if !p.warned[spec.Server] {
+			p.warned[spec.Server] = true
+			p.log.Warn("no isolating launcher configured; starting the server unconfined",
 				"server", spec.Server, "mode", spec.Isolation.Mode)
 		}
-		m.mu.Unlock()
+		p.mu.Unlock()
 	}
-	return m.def.Launch(ctx, spec)
+	return p.ProcessLauncher.Launch(ctx, spec)
 }

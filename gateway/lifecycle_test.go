@@ -2,12 +2,17 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpgate/mcpgate/apikey"
@@ -277,5 +282,36 @@ func TestActivity(t *testing.T) {
 	}
 	if last.Tool != "add_note" || last.Variant != "write" || last.Outcome != OutcomeRefused {
 		t.Errorf("refused call recorded as %+v", last)
+	}
+}
+
+func TestUpstreamErrorsForwarded(t *testing.T) {
+	e := newEnv(t)
+	s := mcp.NewServer(&mcp.Implementation{Name: "errs", Version: "1"}, nil)
+	s.AddTool(&mcp.Tool{Name: "teapot", InputSchema: json.RawMessage(`{"type":"object"}`), Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return nil, &jsonrpc.Error{Code: 4180, Message: "short and stout", Data: json.RawMessage(`{"spout":true}`)}
+		})
+	s.AddTool(&mcp.Tool{Name: "fails", InputSchema: json.RawMessage(`{"type":"object"}`), Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "no such city"}},
+				StructuredContent: map[string]any{"code": "E_CITY"}}, nil
+		})
+	ts := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
+	t.Cleanup(ts.Close)
+	e.addRemote(e.admin, "errs", ts.URL)
+	g := e.gateway(nil)
+	e.approve(g, "errs")
+	cs, _ := connect(t, e.serve(g).URL+"/mcp", e.token(e.alice, apikey.Personal, nil, nil))
+
+	_, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "call_tool_read", Arguments: map[string]any{"name": "errs:teapot"}})
+	var rpcErr *jsonrpc.Error
+	if !errors.As(err, &rpcErr) || rpcErr.Code != 4180 || rpcErr.Message != "short and stout" || string(rpcErr.Data) != `{"spout":true}` {
+		t.Errorf("upstream JSON-RPC error arrived as %#v (%v)", rpcErr, err)
+	}
+	res := callTool(t, cs, "call_tool_read", map[string]any{"name": "errs:fails"})
+	sc, _ := json.Marshal(res.StructuredContent)
+	if !res.IsError || resultText(res) != "no such city" || string(sc) != `{"code":"E_CITY"}` {
+		t.Errorf("tool error result changed on the way: %+v %s", res, sc)
 	}
 }

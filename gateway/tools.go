@@ -284,8 +284,16 @@ func (g *Gateway) call(ctx context.Context, c *Caller, extra *mcp.RequestExtra, 
 	start := time.Now()
 	outcome := OutcomeRefused
 	defer func() {
-		g.rec.add(store.ToolCall{At: start, UserID: c.UserID, TokenID: c.TokenID, Server: server, Tool: tool,
-			Variant: string(used), Outcome: outcome, RequestID: g.requestID(ctx, extra), Duration: time.Since(start)})
+		rec := store.ToolCall{At: start, UserID: c.UserID, TokenID: c.TokenID, Server: server, Tool: tool,
+			Variant: string(used), Outcome: outcome, RequestID: g.requestID(ctx, extra), Duration: time.Since(start)}
+		g.mu.RLock()
+		keep := g.cfg.Activity.StoreArguments
+		g.mu.RUnlock()
+		if keep && json.Valid(args) {
+			// Only when an admin turned activity.store_arguments on.
+			rec.Detail = map[string]any{"arguments": json.RawMessage(args)}
+		}
+		g.rec.add(rec)
 	}()
 	name := server + ":" + tool
 	info, vis := g.visible(c, server)
