@@ -12,6 +12,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/dotenv"
 	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
+	"go.yaml.in/yaml/v4"
 
 	"github.com/mcpgate/mcpgate/config"
 )
@@ -246,4 +247,140 @@ func dockerfileHealthcheck(t *testing.T) []string {
 		out = append(out, strings.Trim(strings.TrimSpace(f), `"`))
 	}
 	return out
+}
+
+// k8sContainer is the part of a container spec the deployment test reads.
+type k8sContainer struct {
+	Name  string `yaml:"name"`
+	Image string `yaml:"image"`
+	Env   []struct {
+		Name string `yaml:"name"`
+	} `yaml:"env"`
+	Ports []struct {
+		Name          string `yaml:"name"`
+		ContainerPort int    `yaml:"containerPort"`
+	} `yaml:"ports"`
+	ReadinessProbe  *k8sProbe `yaml:"readinessProbe"`
+	LivenessProbe   *k8sProbe `yaml:"livenessProbe"`
+	StartupProbe    *k8sProbe `yaml:"startupProbe"`
+	SecurityContext struct {
+		AllowPrivilegeEscalation *bool `yaml:"allowPrivilegeEscalation"`
+		ReadOnlyRootFilesystem   bool  `yaml:"readOnlyRootFilesystem"`
+		Capabilities             struct {
+			Drop []string `yaml:"drop"`
+		} `yaml:"capabilities"`
+	} `yaml:"securityContext"`
+}
+
+type k8sProbe struct {
+	HTTPGet *struct {
+		Path string `yaml:"path"`
+		Port any    `yaml:"port"`
+	} `yaml:"httpGet"`
+}
+
+// The Kubernetes deployment probes /readyz for readiness and /healthz for
+// liveness on the container's port, runs the image's non-root uid with no
+// capabilities on a read-only root, and sets only variables the gateway reads.
+func TestKubernetesManifests(t *testing.T) {
+	dir := filepath.Join(repoRoot(t), "deploy", "kubernetes")
+	var kust struct {
+		Resources []string `yaml:"resources"`
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, &kust); err != nil || len(kust.Resources) == 0 {
+		t.Fatalf("kustomization.yaml: %v, resources %v", err, kust.Resources)
+	}
+	kinds := map[string]bool{}
+	var dep struct {
+		Spec struct {
+			Replicas int `yaml:"replicas"`
+			Template struct {
+				Spec struct {
+					SecurityContext struct {
+						RunAsNonRoot bool `yaml:"runAsNonRoot"`
+						RunAsUser    int  `yaml:"runAsUser"`
+					} `yaml:"securityContext"`
+					InitContainers []k8sContainer `yaml:"initContainers"`
+					Containers     []k8sContainer `yaml:"containers"`
+				} `yaml:"spec"`
+			} `yaml:"template"`
+		} `yaml:"spec"`
+	}
+	for _, r := range kust.Resources {
+		b, err := os.ReadFile(filepath.Join(dir, r))
+		if err != nil {
+			t.Fatalf("kustomization names %s: %v", r, err)
+		}
+		var head struct {
+			APIVersion string `yaml:"apiVersion"`
+			Kind       string `yaml:"kind"`
+		}
+		if err := yaml.Unmarshal(b, &head); err != nil || head.APIVersion == "" || head.Kind == "" {
+			t.Fatalf("%s: %v (apiVersion %q, kind %q)", r, err, head.APIVersion, head.Kind)
+		}
+		kinds[head.Kind] = true
+		if head.Kind == "Deployment" {
+			if err := yaml.Unmarshal(b, &dep); err != nil {
+				t.Fatalf("%s: %v", r, err)
+			}
+		}
+	}
+	for _, k := range []string{"Deployment", "Service"} {
+		if !kinds[k] {
+			t.Errorf("no %s among %v", k, kust.Resources)
+		}
+	}
+	pod := dep.Spec.Template.Spec
+	if dep.Spec.Replicas < 2 {
+		t.Errorf("replicas %d; the manifests are for more than one replica", dep.Spec.Replicas)
+	}
+	if !pod.SecurityContext.RunAsNonRoot || pod.SecurityContext.RunAsUser != 65532 {
+		t.Errorf("pod securityContext %+v; want runAsNonRoot and the image's uid 65532", pod.SecurityContext)
+	}
+	var gw *k8sContainer
+	for i := range pod.Containers {
+		if pod.Containers[i].Image == "mcpgate" {
+			gw = &pod.Containers[i]
+		}
+	}
+	if gw == nil {
+		t.Fatal("no container runs the mcpgate image")
+	}
+	if len(gw.Ports) != 1 || gw.Ports[0].ContainerPort != 8080 {
+		t.Errorf("ports %+v; want 8080, the image's MCPGATE_LISTEN", gw.Ports)
+	}
+	for _, p := range []struct {
+		name, path string
+		probe      *k8sProbe
+	}{
+		{"readinessProbe", "/readyz", gw.ReadinessProbe},
+		{"livenessProbe", "/healthz", gw.LivenessProbe},
+	} {
+		got := ""
+		if pr := p.probe; pr != nil && pr.HTTPGet != nil && (pr.HTTPGet.Port == gw.Ports[0].Name || pr.HTTPGet.Port == 8080) {
+			got = pr.HTTPGet.Path
+		}
+		if got != p.path {
+			t.Errorf("%s checks %q; want GET %s on the container's port", p.name, got, p.path)
+		}
+	}
+	for _, c := range append(pod.InitContainers, *gw) {
+		sc := c.SecurityContext
+		if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || !sc.ReadOnlyRootFilesystem || !slices.Equal(sc.Capabilities.Drop, []string{"ALL"}) {
+			t.Errorf("container %s securityContext %+v; want no privilege escalation, read-only root, drop ALL", c.Name, sc)
+		}
+	}
+	read := map[string]bool{}
+	for _, v := range config.Vars {
+		read[v.Name] = true
+	}
+	for _, e := range gw.Env {
+		if !read[e.Name] {
+			t.Errorf("the deployment sets %s, which the gateway does not read", e.Name)
+		}
+	}
 }
