@@ -56,6 +56,10 @@ func envExample(t *testing.T) map[string]string {
 // nothing stops `--scale gateway=N`.
 func TestComposeFile(t *testing.T) {
 	env := envExample(t)
+	if env["POSTGRES_PASSWORD"] != "" {
+		t.Error(".env.example ships a database password; it must be left for the operator to set")
+	}
+	env["POSTGRES_PASSWORD"] = "0123456789abcdef0123456789abcdef"
 	for _, k := range []string{"MCPGATE_ADMIN_TOKEN", "MCPGATE_SECRET_KEY_FILE", "MCPGATE_SANDBOX_FAIL_CLOSED", "POSTGRES_PASSWORD"} {
 		if _, ok := env[k]; !ok {
 			t.Errorf(".env.example does not set %s", k)
@@ -148,13 +152,17 @@ func TestComposeFile(t *testing.T) {
 	}
 }
 
-// Without a database password the file refuses to load, instead of starting
-// PostgreSQL with an empty one.
+// Without a database password (as .env.example ships) the file refuses to
+// load, instead of starting PostgreSQL with an empty one.
 func TestComposeNeedsPostgresPassword(t *testing.T) {
 	env := envExample(t)
-	delete(env, "POSTGRES_PASSWORD")
-	if _, err := loadCompose(t, env); err == nil || !strings.Contains(err.Error(), "POSTGRES_PASSWORD") {
-		t.Fatalf("loading without POSTGRES_PASSWORD: err = %v; want one naming it", err)
+	for _, tt := range []struct {
+		name string
+		env  map[string]string
+	}{{"as shipped", env}, {"unset", map[string]string{}}} {
+		if _, err := loadCompose(t, tt.env); err == nil || !strings.Contains(err.Error(), "POSTGRES_PASSWORD") {
+			t.Errorf("%s: loading without POSTGRES_PASSWORD: err = %v; want one naming it", tt.name, err)
+		}
 	}
 }
 
