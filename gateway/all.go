@@ -20,7 +20,7 @@ const allSeparator = "__"
 // ever registered for the wrong one.
 func (g *Gateway) newAllServer() *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "mcpgate-all", Version: g.opts.Version}, &mcp.ServerOptions{
-		Logger:       g.log,
+		Logger:       g.sdkLog,
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
 	})
 	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {

@@ -305,6 +305,16 @@ func TestPersonalServers(t *testing.T) {
 		}
 	}
 
+	t.Run("first use is a direct call", func(t *testing.T) {
+		// A replica where alice's server never ran: no search first.
+		g2 := e.gateway(nil)
+		cs, _ := connect(t, e.serve(g2).URL+"/mcp", e.token(e.alice, apikey.Personal, nil, nil))
+		res := callTool(t, cs, "call_tool_read", map[string]any{"name": "alice-notes:echo", "args": map[string]any{"text": "cold"}})
+		if resultText(res) != "cold" {
+			t.Errorf("first call to a cold personal server: %q", resultText(res))
+		}
+	})
+
 	t.Run("session id bound to its user", func(t *testing.T) {
 		sid := aliceRec.sessionID()
 		if sid == "" {

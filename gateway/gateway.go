@@ -130,6 +130,7 @@ type Options struct {
 type Gateway struct {
 	opts     Options
 	log      *slog.Logger
+	sdkLog   *slog.Logger // warnings and errors only: the SDK logs every stateless request at info
 	store    *store.Store
 	sup      *upstream.Supervisor
 	cat      *catalog.Catalog
@@ -199,6 +200,7 @@ func New(ctx context.Context, opts *Options) (*Gateway, error) {
 	g := &Gateway{
 		opts:      o,
 		log:       log,
+		sdkLog:    slog.New(minLevel{log.Handler(), slog.LevelWarn}),
 		store:     o.Store,
 		cat:       catalog.New(),
 		servers:   map[string]*serverInfo{},
@@ -510,4 +512,21 @@ func (p *plainLauncher) Launch(ctx context.Context, spec upstream.Spec) (upstrea
 		p.mu.Unlock()
 	}
 	return p.ProcessLauncher.Launch(ctx, spec)
+}
+
+// minLevel drops records below min.
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= m.min && m.Handler.Enabled(ctx, l)
+}
+
+func (m minLevel) WithAttrs(as []slog.Attr) slog.Handler {
+	return minLevel{m.Handler.WithAttrs(as), m.min}
+}
+func (m minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{m.Handler.WithGroup(name), m.min}
 }

@@ -25,7 +25,7 @@ func (g *Gateway) newHandler() http.Handler {
 	opts := &mcp.StreamableHTTPOptions{
 		// Stateless: any replica answers any request, no sticky sessions.
 		Stateless:                  true,
-		Logger:                     g.log,
+		Logger:                     g.sdkLog,
 		MaxRequestBodyBytes:        8 << 20,
 		DisableLocalhostProtection: g.opts.DisableLocalhostProtection,
 	}

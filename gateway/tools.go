@@ -104,6 +104,12 @@ func (g *Gateway) warmPersonal(ctx context.Context, c *Caller) {
 	if len(cold) == 0 {
 		return
 	}
+	g.warm(ctx, cold)
+}
+
+// warm starts the named lazy servers that never ran here and waits, within
+// ctx and a few seconds at most, for them to list their tools.
+func (g *Gateway) warm(ctx context.Context, cold []string) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -138,7 +144,7 @@ func errorResult(format string, args ...any) *mcp.CallToolResult {
 
 func (g *Gateway) newMCPServer() *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "mcpgate", Version: g.opts.Version}, &mcp.ServerOptions{
-		Logger: g.log,
+		Logger: g.sdkLog,
 		Instructions: "Find tools with retrieve_tools, read one with describe_tool, then call it with the " +
 			"call_tool_* variant its \"call\" field names (read, write or destructive).",
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
@@ -298,6 +304,12 @@ func (g *Gateway) call(ctx context.Context, c *Caller, extra *mcp.RequestExtra, 
 	name := server + ":" + tool
 	info, vis := g.visible(c, server)
 	e, found := g.cat.Get(server, tool)
+	if vis && !found && !info.Shared {
+		// A personal server that never ran here (after a restart of the
+		// gateway, say) lists its tools on first use: this call.
+		g.warm(ctx, []string{server})
+		e, found = g.cat.Get(server, tool)
+	}
 	if !vis || !found {
 		return errorResult("unknown tool %q: use retrieve_tools to find tools", name), nil
 	}
