@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/mcpgate/mcpgate/apikey"
+	"github.com/mcpgate/mcpgate/settings"
 	"github.com/mcpgate/mcpgate/store"
 )
 
@@ -200,5 +203,49 @@ func TestBlockedAndDisabled(t *testing.T) {
 	}
 	if lines := g.Logs("nope", 10); lines == nil || len(lines) != 0 {
 		t.Errorf("logs of an unknown server: %v", lines)
+	}
+}
+
+func TestPersonalCapAndIdle(t *testing.T) {
+	e := newEnv(t)
+	cfg := settings.Defaults("none")
+	cfg.Upstreams.MaxPersonalInstances = 1
+	cfg.Upstreams.IdleTimeoutSeconds = 1
+	if _, err := e.st.InitSetting(context.Background(), settings.Key, cfg); err != nil {
+		t.Fatal(err)
+	}
+	e.addEcho(e.alice, "one", false, nil)
+	e.addEcho(e.alice, "two", false, nil)
+	g := e.gateway(nil)
+	for _, n := range []string{"one", "two"} {
+		waitKnown(t, g, n)
+		if _, err := g.Approve(context.Background(), store.Actor{UserID: e.alice.ID}, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	one, _ := g.sup.Instance("one")
+	two, _ := g.sup.Instance("two")
+	eventually(t, 10*time.Second, func() bool { return one.State() == "stopped" && two.State() == "stopped" },
+		"both idle personal servers stop after the idle timeout")
+	cs, _ := connect(t, e.serve(g).URL+"/mcp", e.token(e.alice, apikey.Personal, nil, nil))
+
+	done := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		res, _ := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "call_tool_read",
+			Arguments: map[string]any{"name": "one:sleep", "args": map[string]any{"millis": 3000}}})
+		done <- res
+	}()
+	eventually(t, 10*time.Second, func() bool { return g.inflight.Load() == 1 && one.State() == "ready" }, "a call holds server one")
+	res := callTool(t, cs, "call_tool_read", map[string]any{"name": "two:echo", "args": map[string]any{"text": "x"}})
+	if !res.IsError || !strings.Contains(resultText(res), "too many running servers") {
+		t.Errorf("second personal server over the cap of 1: %q", resultText(res))
+	}
+	if r := <-done; r == nil || r.IsError {
+		t.Fatalf("the sleeping call failed: %+v", r)
+	}
+	// Once one is idle, two may take its place.
+	res = callTool(t, cs, "call_tool_read", map[string]any{"name": "two:echo", "args": map[string]any{"text": "x"}})
+	if res.IsError || two.State() != "ready" || one.State() != "stopped" {
+		t.Errorf("two after one went idle: %q; one %s, two %s", resultText(res), one.State(), two.State())
 	}
 }
