@@ -30,6 +30,10 @@ CREATE TABLE oauth_flows (
     user_id      bigint NOT NULL REFERENCES users (id) ON DELETE CASCADE,
     -- The token goes to the server's shared slot rather than to user_id.
     shared       boolean NOT NULL,
+    -- SHA-256 of the value of a cookie set on the browser that started the
+    -- flow: the callback must come back from that browser (or from a session
+    -- of the same user), so a link to someone else's flow is useless.
+    binding_hash bytea NOT NULL CHECK (length(binding_hash) = 32),
     verifier     text NOT NULL,
     redirect_uri text NOT NULL,
     created_at   timestamptz NOT NULL DEFAULT now(),

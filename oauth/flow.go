@@ -3,42 +3,67 @@ package oauth
 import (
 	"context"
 	"crypto/rand"
+	"crypto/subtle"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"golang.org/x/oauth2"
 
 	"github.com/mcpgate/mcpgate/store"
 )
 
-// Start begins an authorization of srv for userID and returns the URL to
-// send the user's browser to. It discovers the authorization server,
-// registers a client when none is configured, and stores the flow (a hash
-// of its state, the sealed PKCE verifier) for Callback. A server without an
-// OAuth configuration gets one, in per-user mode. In shared mode the token
-// will serve every caller: the REST layer lets only the server's owner or an
-// admin start it.
-func (m *Manager) Start(ctx context.Context, srv store.Server, userID int64) (string, error) {
+// Authorization is a started flow: where to send the browser, and the
+// cookie that binds the flow to that browser.
+type Authorization struct {
+	// URL is the authorization server's page to send the user's browser to.
+	URL string
+	// Cookie must be set on the response to the start request when that
+	// request comes from the browser that will come back (the UI): the
+	// callback then accepts the flow from that browser even if it cannot
+	// tell who the user is. Its Secure flag follows PublicURL's scheme.
+	Cookie    *http.Cookie
+	ExpiresAt time.Time
+}
+
+// Start begins an authorization of srv for userID. It discovers the
+// authorization server, registers a client when none is configured, and
+// stores the flow (hashes of its state and browser binding, the sealed PKCE
+// verifier) for Callback. A server without an OAuth configuration gets one,
+// in per-user mode. In shared mode the token will serve every caller: the
+// REST layer lets only the server's owner or an admin start it.
+func (m *Manager) Start(ctx context.Context, srv store.Server, userID int64) (Authorization, error) {
+	authURL, cookie, exp, err := m.start(ctx, srv, userID)
+	if err != nil {
+		return Authorization{}, err
+	}
+	return Authorization{URL: authURL, Cookie: cookie, ExpiresAt: exp}, nil
+}
+
+func (m *Manager) start(ctx context.Context, srv store.Server, userID int64) (string, *http.Cookie, time.Time, error) {
+	fail := func(err error) (string, *http.Cookie, time.Time, error) { return "", nil, time.Time{}, err }
 	if !isRemote(srv) {
-		return "", ErrNotOAuth
+		return fail(ErrNotOAuth)
 	}
 	if userID == 0 {
-		return "", errors.New("starting OAuth: no user")
+		return fail(errors.New("starting OAuth: no user"))
 	}
 	cfg, err := m.st.GetServerOAuth(ctx, srv.ID)
 	if errors.Is(err, store.ErrNotFound) {
 		if err := m.st.PutServerOAuth(ctx, store.Actor{UserID: userID},
 			store.ServerOAuth{ServerID: srv.ID, Mode: store.OAuthPerUser}); err != nil {
-			return "", fmt.Errorf("configuring OAuth: %w", err)
+			return fail(fmt.Errorf("configuring OAuth: %w", err))
 		}
 		cfg, err = m.st.GetServerOAuth(ctx, srv.ID)
 	}
 	if err != nil {
-		return "", fmt.Errorf("reading OAuth configuration: %w", err)
+		return fail(fmt.Errorf("reading OAuth configuration: %w", err))
 	}
 	if _, err := m.st.DeleteExpiredOAuthFlows(ctx, m.now()); err != nil {
 		m.log.WarnContext(ctx, "deleting expired oauth flows", "err", err)
@@ -46,34 +71,35 @@ func (m *Manager) Start(ctx context.Context, srv store.Server, userID int64) (st
 
 	d, err := m.discover(ctx, srv.URL)
 	if err != nil {
-		return "", err
+		return fail(err)
 	}
 	cl, reg, err := m.resolveClient(ctx, cfg, d)
 	if err != nil {
-		return "", err
+		return fail(err)
 	}
 	regJSON := cfg.Registration
 	if reg != nil {
 		if regJSON, err = json.Marshal(reg); err != nil {
-			return "", err
+			return fail(err)
 		}
 	}
 	discJSON, err := json.Marshal(d)
 	if err != nil {
-		return "", err
+		return fail(err)
 	}
 	if err := m.st.SaveOAuthDiscovery(ctx, srv.ID, regJSON, discJSON); err != nil {
-		return "", fmt.Errorf("saving OAuth discovery: %w", err)
+		return fail(fmt.Errorf("saving OAuth discovery: %w", err))
 	}
 
-	state := randomState()
+	state, binding := randomState(), randomState()
 	verifier := oauth2.GenerateVerifier()
 	now := m.now()
+	exp := now.Add(m.flowTTL)
 	if err := m.st.CreateOAuthFlow(ctx, store.OAuthFlow{
 		StateHash: hashState(state), ServerID: srv.ID, UserID: userID, Shared: cfg.Mode == store.OAuthShared,
-		Verifier: verifier, RedirectURI: m.redirectURI, CreatedAt: now, ExpiresAt: now.Add(m.flowTTL),
+		BindingHash: hashState(binding), Verifier: verifier, RedirectURI: m.redirectURI, CreatedAt: now, ExpiresAt: exp,
 	}); err != nil {
-		return "", fmt.Errorf("saving OAuth flow: %w", err)
+		return fail(fmt.Errorf("saving OAuth flow: %w", err))
 	}
 	scopes := cfg.Scopes
 	if len(scopes) == 0 {
@@ -86,8 +112,10 @@ func (m *Manager) Start(ctx context.Context, srv store.Server, userID int64) (st
 	oc := oauth2.Config{ClientID: cl.ID, Endpoint: oauth2.Endpoint{AuthURL: d.AuthURL},
 		RedirectURL: m.redirectURI, Scopes: scopes}
 	m.log.InfoContext(ctx, "oauth flow started", "server", srv.Name, "user_id", userID, "issuer", d.Issuer)
+	cookie := &http.Cookie{Name: BindingCookieName(state), Value: binding, Path: m.callbackPath,
+		MaxAge: int(m.flowTTL / time.Second), HttpOnly: true, Secure: m.secure, SameSite: http.SameSiteLaxMode}
 	return oc.AuthCodeURL(state, oauth2.S256ChallengeOption(verifier),
-		oauth2.SetAuthURLParam("resource", d.Resource)), nil
+		oauth2.SetAuthURLParam("resource", d.Resource)), cookie, exp, nil
 }
 
 // randomState returns 256 random bits, URL-safe.
@@ -97,14 +125,23 @@ func randomState() string {
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
+// BindingCookieName is the name of the browser binding cookie of the flow
+// with this state: one per flow, so flows started at once do not collide.
+func BindingCookieName(state string) string {
+	return "mcpgate_oauth_" + hex.EncodeToString(hashState("cookie:" + state)[:6])
+}
+
 // CallbackParams are the query of a request to CallbackPath, plus who made it.
 type CallbackParams struct {
 	// UserID is the user the gateway authenticated on the callback request,
 	// 0 if it could not tell. When set, it must be the user who started.
 	UserID int64
-	State  string
-	Code   string
-	Iss    string // RFC 9207
+	// Binding is the value of the flow's binding cookie, if the browser sent
+	// it. An unauthenticated callback (UserID 0) needs it.
+	Binding string
+	State   string
+	Code    string
+	Iss     string // RFC 9207
 	// Error is the authorization server's error code, when it refused.
 	Error string
 }
@@ -136,9 +173,15 @@ func (m *Manager) Callback(ctx context.Context, p CallbackParams) (CallbackResul
 	if !m.now().Before(f.ExpiresAt) {
 		return CallbackResult{}, ErrBadState
 	}
-	if p.UserID != 0 && p.UserID != f.UserID {
+	switch {
+	case p.UserID != 0 && p.UserID != f.UserID:
 		// The flow is burnt as well: a state in someone else's hands is leaked.
 		m.log.WarnContext(ctx, "oauth state presented by another user", "user_id", p.UserID, "flow_user_id", f.UserID)
+		return CallbackResult{}, ErrBadState
+	case p.UserID == 0 && subtle.ConstantTimeCompare(hashState(p.Binding), f.BindingHash) != 1 && !m.allowUnbound:
+		// Not the browser that started it: someone may have been sent a link
+		// to a flow that would store their upstream account under another user.
+		m.log.WarnContext(ctx, "oauth callback from a browser without the flow's binding", "flow_user_id", f.UserID)
 		return CallbackResult{}, ErrBadState
 	}
 	res := CallbackResult{ServerID: f.ServerID, UserID: f.UserID, Shared: f.Shared}
@@ -217,4 +260,18 @@ func oauthErrorCode(s string) string {
 		}
 		return -1
 	}, s)
+}
+
+// ParamsFromRequest reads a callback request: its query and the flow's
+// binding cookie. userID is who the gateway authenticated on it (0: nobody).
+func ParamsFromRequest(r *http.Request, userID int64) CallbackParams {
+	q := r.URL.Query()
+	p := CallbackParams{UserID: userID, State: q.Get("state"), Code: q.Get("code"), Iss: q.Get("iss"),
+		Error: q.Get("error")}
+	if p.State != "" {
+		if c, err := r.Cookie(BindingCookieName(p.State)); err == nil {
+			p.Binding = c.Value
+		}
+	}
+	return p
 }

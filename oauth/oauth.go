@@ -87,6 +87,12 @@ type Options struct {
 	RequestTimeout time.Duration
 	// ClientName is the client_name of dynamic registrations; default "mcpgate".
 	ClientName string
+	// AllowUnboundCallbacks accepts a callback that neither comes from a
+	// session of the user who started the flow nor carries the flow's
+	// binding cookie (a flow started from a CLI and finished in a browser
+	// the gateway does not know). Weaker: anyone the user sends the
+	// authorization link to can attach their upstream account to the user.
+	AllowUnboundCallbacks bool
 }
 
 // Manager runs upstream OAuth for one gateway replica. Several Managers on
@@ -97,10 +103,14 @@ type Manager struct {
 	log         *slog.Logger
 	now         func() time.Time
 	redirectURI string
-	flowTTL     time.Duration
-	margin      time.Duration
-	timeout     time.Duration
-	clientName  string
+	// callbackPath and secure shape the binding cookie.
+	callbackPath string
+	secure       bool
+	allowUnbound bool
+	flowTTL      time.Duration
+	margin       time.Duration
+	timeout      time.Duration
+	clientName   string
 
 	// locks serializes refreshes within this process, so that goroutines
 	// wait here instead of each holding a pool connection on the row lock.
@@ -129,16 +139,19 @@ func New(st *store.Store, opts *Options) (*Manager, error) {
 		return nil, fmt.Errorf("public URL %q: want an absolute http(s) URL without query or fragment", o.PublicURL)
 	}
 	m := &Manager{
-		st:          st,
-		hc:          o.HTTPClient,
-		log:         o.Logger,
-		now:         o.NowFunc,
-		redirectURI: strings.TrimRight(u.String(), "/") + CallbackPath,
-		flowTTL:     o.FlowTTL,
-		margin:      o.RefreshMargin,
-		timeout:     o.RequestTimeout,
-		clientName:  o.ClientName,
-		locks:       map[tokenKey]*keyLock{},
+		st:           st,
+		hc:           o.HTTPClient,
+		log:          o.Logger,
+		now:          o.NowFunc,
+		redirectURI:  strings.TrimRight(u.String(), "/") + CallbackPath,
+		callbackPath: strings.TrimRight(u.Path, "/") + CallbackPath,
+		secure:       u.Scheme == "https",
+		allowUnbound: o.AllowUnboundCallbacks,
+		flowTTL:      o.FlowTTL,
+		margin:       o.RefreshMargin,
+		timeout:      o.RequestTimeout,
+		clientName:   o.ClientName,
+		locks:        map[tokenKey]*keyLock{},
 	}
 	if m.hc == nil {
 		m.hc = &http.Client{Transport: guardedTransport(), Timeout: 60 * time.Second}

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -112,9 +114,7 @@ func newEnv(t *testing.T) *env {
 			return
 		}
 		uid, _ := strconv.ParseInt(r.Header.Get("X-Gateway-User"), 10, 64)
-		q := r.URL.Query()
-		res, err := e.m.Callback(r.Context(), CallbackParams{UserID: uid, State: q.Get("state"),
-			Code: q.Get("code"), Iss: q.Get("iss"), Error: q.Get("error")})
+		res, err := e.m.Callback(r.Context(), ParamsFromRequest(r, uid))
 		if errors.Is(err, ErrBadState) {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
@@ -154,17 +154,26 @@ func (e *env) user(subject string) int64 {
 	return u.ID
 }
 
-// browse plays the user's browser: it opens the authorization URL, logs in
-// at the AS as subject, and follows the redirect to the gateway's callback.
-func (e *env) browse(authURL string, gatewayUser int64, subject string) (int, string) {
+// browse plays a browser: it opens the authorization URL, logs in at the
+// AS as subject, and follows the redirect to the gateway's callback. With
+// cookie it holds the binding cookie the start response set (the UI
+// started the flow); gatewayUser, when not 0, is the gateway session it has.
+func (e *env) browse(a Authorization, cookie bool, gatewayUser int64, subject string) (int, string) {
 	e.t.Helper()
-	req, err := http.NewRequestWithContext(e.ctx, http.MethodGet, authURL, nil)
+	req, err := http.NewRequestWithContext(e.ctx, http.MethodGet, a.URL, nil)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	req.Header.Set("X-Test-User", subject)
-	req.Header.Set("X-Gateway-User", strconv.FormatInt(gatewayUser, 10))
-	resp, err := http.DefaultClient.Do(req)
+	if gatewayUser != 0 {
+		req.Header.Set("X-Gateway-User", strconv.FormatInt(gatewayUser, 10))
+	}
+	jar, _ := cookiejar.New(nil)
+	if cookie {
+		u, _ := url.Parse(e.cb.URL + a.Cookie.Path)
+		jar.SetCookies(u, []*http.Cookie{a.Cookie})
+	}
+	resp, err := (&http.Client{Jar: jar}).Do(req)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -176,11 +185,11 @@ func (e *env) browse(authURL string, gatewayUser int64, subject string) (int, st
 // authorize runs the whole flow for a user and fails the test if it fails.
 func (e *env) authorize(userID int64) {
 	e.t.Helper()
-	authURL, err := e.m.Start(e.ctx, e.srv, userID)
+	a, err := e.m.Start(e.ctx, e.srv, userID)
 	if err != nil {
 		e.t.Fatalf("Start: %v", err)
 	}
-	if code, body := e.browse(authURL, userID, e.users[userID]); code != http.StatusOK || body != e.srv.Name {
+	if code, body := e.browse(a, true, 0, e.users[userID]); code != http.StatusOK || body != e.srv.Name {
 		e.t.Fatalf("callback: %d %q", code, body)
 	}
 }
@@ -355,15 +364,15 @@ func TestStateRefused(t *testing.T) {
 			}
 		}
 	}
-	// start returns the state of a fresh flow and the authorization URL.
-	start := func() (string, string) {
+	// start returns the state of a fresh flow and the flow.
+	start := func() (string, Authorization) {
 		t.Helper()
-		authURL, err := e.m.Start(e.ctx, e.srv, alice)
+		a, err := e.m.Start(e.ctx, e.srv, alice)
 		if err != nil {
 			t.Fatal(err)
 		}
-		req, _ := http.NewRequest(http.MethodGet, authURL, nil)
-		return req.URL.Query().Get("state"), authURL
+		u, _ := url.Parse(a.URL)
+		return u.Query().Get("state"), a
 	}
 
 	t.Run("unknown", func(t *testing.T) {
@@ -377,16 +386,39 @@ func TestStateRefused(t *testing.T) {
 		noToken("unknown")
 	})
 	t.Run("another user", func(t *testing.T) {
-		_, authURL := start()
+		_, a := start()
 		// Mallory's browser finishes Alice's flow: refused, and burnt.
-		if code, _ := e.browse(authURL, mallory, "mallory"); code != http.StatusBadRequest {
+		if code, _ := e.browse(a, false, mallory, "mallory"); code != http.StatusBadRequest {
 			t.Fatalf("callback as another user: %d, want 400", code)
+		}
+		if code, _ := e.browse(a, true, 0, "alice"); code != http.StatusBadRequest {
+			t.Fatalf("the flow survived a foreign callback: %d, want 400", code)
 		}
 		noToken("another user")
 	})
+	t.Run("another browser", func(t *testing.T) {
+		_, a := start()
+		// A link to Alice's flow, opened by someone the gateway cannot
+		// identify and without the binding cookie: refused.
+		if code, _ := e.browse(a, false, 0, "victim"); code != http.StatusBadRequest {
+			t.Fatalf("unbound callback: %d, want 400", code)
+		}
+		noToken("another browser")
+	})
+	t.Run("wrong binding", func(t *testing.T) {
+		_, a := start()
+		forged := *a.Cookie
+		forged.Value = randomState()
+		a.Cookie = &forged
+		if code, _ := e.browse(a, true, 0, "alice"); code != http.StatusBadRequest {
+			t.Fatalf("forged binding: %d, want 400", code)
+		}
+		noToken("wrong binding")
+	})
 	t.Run("reused", func(t *testing.T) {
-		state, authURL := start()
-		if code, _ := e.browse(authURL, alice, "alice"); code != http.StatusOK {
+		// Alice's own gateway session, no cookie (a flow started from a CLI).
+		state, a := start()
+		if code, _ := e.browse(a, false, alice, "alice"); code != http.StatusOK {
 			t.Fatalf("first use: %d", code)
 		}
 		first := e.storedToken(alice)
@@ -402,9 +434,9 @@ func TestStateRefused(t *testing.T) {
 		}
 	})
 	t.Run("expired", func(t *testing.T) {
-		_, authURL := start()
+		_, a := start()
 		e.clock.Advance(11 * time.Minute)
-		if code, _ := e.browse(authURL, alice, "alice"); code != http.StatusBadRequest {
+		if code, _ := e.browse(a, true, 0, "alice"); code != http.StatusBadRequest {
 			t.Fatalf("expired state: %d, want 400", code)
 		}
 		noToken("expired")
@@ -446,6 +478,8 @@ func TestParallelRefresh(t *testing.T) {
 	managers := []*Manager{e.m, e.manager(pool2)}
 
 	hold, seen := make(chan struct{}), make(chan struct{}, 8)
+	release := sync.OnceFunc(func() { close(hold) })
+	defer release() // a failing test must not leave the AS's handlers blocked
 	e.as.mu.Lock()
 	e.as.holdRefresh, e.as.refreshSeen = hold, seen
 	e.as.mu.Unlock()
@@ -469,7 +503,7 @@ func TestParallelRefresh(t *testing.T) {
 		t.Fatal("no refresh reached the AS")
 	}
 	// Wait until the other replica is blocked on the row lock.
-	deadline := time.NewTimer(30 * time.Second)
+	deadline := time.NewTimer(10 * time.Second)
 	defer deadline.Stop()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
@@ -484,7 +518,7 @@ func TestParallelRefresh(t *testing.T) {
 			t.Fatal("the second replica never waited on the row lock")
 		}
 	}
-	close(hold)
+	release()
 	wg.Wait()
 	for i, err := range errs {
 		if err != nil {

@@ -150,15 +150,15 @@ func oauthError(w http.ResponseWriter, status int, code string) {
 func (as *testAS) metadata(w http.ResponseWriter, r *http.Request) {
 	u := as.srv.URL
 	writeJSON(w, http.StatusOK, map[string]any{
-		"issuer":                                as.srv.URL,
-		"authorization_endpoint":                u + "/authorize",
-		"token_endpoint":                        u + "/token",
-		"registration_endpoint":                 u + "/register",
-		"response_types_supported":              []string{"code"},
-		"grant_types_supported":                 []string{"authorization_code", "refresh_token"},
-		"code_challenge_methods_supported":      []string{"S256"},
-		"token_endpoint_auth_methods_supported": []string{"client_secret_basic"},
-		"scopes_supported":                      []string{"mcp:tools", "offline_access"},
+		"issuer":                                         as.srv.URL,
+		"authorization_endpoint":                         u + "/authorize",
+		"token_endpoint":                                 u + "/token",
+		"registration_endpoint":                          u + "/register",
+		"response_types_supported":                       []string{"code"},
+		"grant_types_supported":                          []string{"authorization_code", "refresh_token"},
+		"code_challenge_methods_supported":               []string{"S256"},
+		"token_endpoint_auth_methods_supported":          []string{"client_secret_basic"},
+		"scopes_supported":                               []string{"mcp:tools", "offline_access"},
 		"authorization_response_iss_parameter_supported": true,
 	})
 }

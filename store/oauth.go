@@ -44,7 +44,8 @@ type OAuthFlow struct {
 	StateHash   []byte // SHA-256 of the state; the state itself is never stored
 	ServerID    int64
 	UserID      int64
-	Shared      bool // the token goes to the server's shared slot
+	Shared      bool   // the token goes to the server's shared slot
+	BindingHash []byte // SHA-256 of the browser binding cookie's value
 	Verifier    string
 	RedirectURI string
 	CreatedAt   time.Time
@@ -235,9 +236,10 @@ func (s *Store) CreateOAuthFlow(ctx context.Context, f OAuthFlow) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.pool.Exec(ctx, `INSERT INTO oauth_flows (state_hash, server_id, user_id, shared, verifier, redirect_uri, created_at, expires_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-		f.StateHash, f.ServerID, f.UserID, f.Shared, verifier, f.RedirectURI, f.CreatedAt, f.ExpiresAt)
+	_, err = s.pool.Exec(ctx, `INSERT INTO oauth_flows (state_hash, server_id, user_id, shared, binding_hash, verifier,
+			redirect_uri, created_at, expires_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		f.StateHash, f.ServerID, f.UserID, f.Shared, f.BindingHash, verifier, f.RedirectURI, f.CreatedAt, f.ExpiresAt)
 	return err
 }
 
@@ -250,8 +252,8 @@ func (s *Store) TakeOAuthFlow(ctx context.Context, stateHash []byte) (OAuthFlow,
 		verifier string
 	)
 	err := s.pool.QueryRow(ctx, `DELETE FROM oauth_flows WHERE state_hash = $1
-		RETURNING state_hash, server_id, user_id, shared, verifier, redirect_uri, created_at, expires_at`, stateHash).
-		Scan(&f.StateHash, &f.ServerID, &f.UserID, &f.Shared, &verifier, &f.RedirectURI, &f.CreatedAt, &f.ExpiresAt)
+		RETURNING state_hash, server_id, user_id, shared, binding_hash, verifier, redirect_uri, created_at, expires_at`, stateHash).
+		Scan(&f.StateHash, &f.ServerID, &f.UserID, &f.Shared, &f.BindingHash, &verifier, &f.RedirectURI, &f.CreatedAt, &f.ExpiresAt)
 	if err != nil {
 		return OAuthFlow{}, notFound(err)
 	}
@@ -408,7 +410,7 @@ func (s *Store) UpdateOAuthToken(ctx context.Context, serverID, userID int64,
 	}
 	defer tx.Rollback(ctx)
 	cur, err := s.scanToken(tx.QueryRow(ctx, `SELECT `+oauthTokenCols+` FROM oauth_tokens
-		WHERE server_id = $1 AND user_key = $2`, serverID, userID))
+		WHERE server_id = $1 AND user_key = $2 FOR UPDATE`, serverID, userID))
 	if err != nil {
 		return OAuthToken{}, err
 	}
