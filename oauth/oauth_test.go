@@ -724,3 +724,65 @@ func TestStartRefusesNonRemote(t *testing.T) {
 		t.Fatal("New accepted a non-http public URL")
 	}
 }
+
+// TestKeyRotation: after a new primary key and RotateOAuthSecrets, no OAuth
+// value references the old key, which can then be retired while every
+// token, client and flow still works.
+func TestKeyRotation(t *testing.T) {
+	e := newEnv(t)
+	alice := e.user("alice")
+	secret := "rot-secret-" + randText("")
+	e.as.addClient("rot-client", secret, e.m.RedirectURI())
+	if err := e.st.PutServerOAuth(e.ctx, store.Actor{}, store.ServerOAuth{ServerID: e.srv.ID, Mode: store.OAuthPerUser,
+		ClientID: "rot-client", ClientSecret: secret}); err != nil {
+		t.Fatal(err)
+	}
+	e.authorize(alice)
+	pending, err := e.m.Start(e.ctx, e.srv, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Other tests' rows are sealed under keyrings of their own, which this
+	// one cannot open; rotation (rightly) stops at a value it cannot open.
+	for _, q := range []string{`DELETE FROM oauth_tokens WHERE server_id <> $1`,
+		`DELETE FROM oauth_flows WHERE server_id <> $1`, `DELETE FROM server_oauth WHERE server_id <> $1`} {
+		if _, err := testDB.Pool.Exec(e.ctx, q, e.srv.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := e.kr.Primary()
+	k2, err := e.kr.AddKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.kr.SetPrimary(k2); err != nil {
+		t.Fatal(err)
+	}
+	n, err := e.st.RotateOAuthSecrets(e.ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 5 { // client secret, discovery, access, refresh, verifier (this test's rows at least)
+		t.Fatalf("re-sealed %d values", n)
+	}
+	counts := map[string]int{}
+	if err := e.st.AddOAuthSealedKeyCounts(e.ctx, counts); err != nil {
+		t.Fatal(err)
+	}
+	if counts[old] != 0 || counts[k2] == 0 {
+		t.Fatalf("key counts after rotation: %v (old %s)", counts, old)
+	}
+	if err := e.kr.Retire(old); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.mustWhoami(alice); got != "alice" {
+		t.Fatalf("after rotation: %q", got)
+	}
+	if code, body := e.browse(pending, true, 0, "alice"); code != http.StatusOK {
+		t.Fatalf("a flow started before the rotation: %d %s", code, body)
+	}
+	e.clock.Advance(2 * time.Hour) // refresh with the re-sealed client secret and refresh token
+	if got := e.mustWhoami(alice); got != "alice" {
+		t.Fatalf("refresh after rotation: %q", got)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -451,4 +452,141 @@ func (s *Store) OAuthServerName(ctx context.Context, serverID int64) (string, er
 	var name string
 	err := s.pool.QueryRow(ctx, `SELECT name FROM servers WHERE id = $1`, serverID).Scan(&name)
 	return name, notFound(err)
+}
+
+// RotateOAuthSecrets re-seals under the primary key every OAuth secret
+// (client secrets, registrations, discovery, tokens, flow verifiers) sealed
+// under another key, batch rows at a time, each batch in its own
+// transaction; rows another transaction holds (a refresh in progress) are
+// skipped and caught by the next run. It returns how many values it
+// re-sealed. RotateSecrets' caller runs it too.
+func (s *Store) RotateOAuthSecrets(ctx context.Context, batch int) (int, error) {
+	rs, ok := s.sealer.(RotatingSealer)
+	if !ok {
+		return 0, fmt.Errorf("rotating OAuth secrets: the sealer cannot rotate")
+	}
+	if batch <= 0 {
+		batch = 100
+	}
+	type table struct {
+		query  string // selects key text, aad prefix parts, sealed columns; $1 = after key, $2 = limit
+		update string // $1.. = sealed columns, then the key
+		cols   []string
+	}
+	tables := []table{
+		{`SELECT server_id::text, server_id, 0::bigint, client_secret, registration, discovery FROM server_oauth
+			WHERE server_id::text > $1 ORDER BY server_id::text LIMIT $2 FOR UPDATE SKIP LOCKED`,
+			`UPDATE server_oauth SET client_secret = $1, registration = $2, discovery = $3 WHERE server_id::text = $4`,
+			[]string{"client_secret", "registration", "discovery"}},
+		{`SELECT server_id::text || '/' || user_key::text, server_id, user_key, access_token, refresh_token FROM oauth_tokens
+			WHERE server_id::text || '/' || user_key::text > $1 ORDER BY 1 LIMIT $2 FOR UPDATE SKIP LOCKED`,
+			`UPDATE oauth_tokens SET access_token = $1, refresh_token = $2 WHERE server_id::text || '/' || user_key::text = $3`,
+			[]string{"access", "refresh"}},
+		{`SELECT encode(state_hash, 'hex'), 0::bigint, 0::bigint, verifier FROM oauth_flows
+			WHERE encode(state_hash, 'hex') > $1 ORDER BY 1 LIMIT $2 FOR UPDATE SKIP LOCKED`,
+			`UPDATE oauth_flows SET verifier = $1 WHERE encode(state_hash, 'hex') = $2`,
+			[]string{"verifier"}},
+	}
+	total := 0
+	for ti, tb := range tables {
+		after := ""
+		for {
+			var n, count int
+			err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+				rows, err := tx.Query(ctx, tb.query, after, batch)
+				if err != nil {
+					return err
+				}
+				type row struct {
+					key            string
+					serverID, user int64
+					vals           []string
+				}
+				var list []row
+				for rows.Next() {
+					r := row{vals: make([]string, len(tb.cols))}
+					dest := []any{&r.key, &r.serverID, &r.user}
+					for i := range r.vals {
+						dest = append(dest, &r.vals[i])
+					}
+					if err := rows.Scan(dest...); err != nil {
+						return err
+					}
+					list = append(list, r)
+				}
+				if err := rows.Err(); err != nil {
+					return err
+				}
+				for _, r := range list {
+					after, n = r.key, n+1
+					changed := false
+					args := make([]any, 0, len(r.vals)+1)
+					for i, v := range r.vals {
+						if v == "" || !rs.NeedsRotation(v) {
+							args = append(args, v)
+							continue
+						}
+						var aad string
+						switch ti {
+						case 0:
+							aad = oauthAAD(r.serverID, tb.cols[i])
+						case 1:
+							aad = tokenAAD(r.serverID, r.user, tb.cols[i])
+						default:
+							h, err := hex.DecodeString(r.key)
+							if err != nil {
+								return err
+							}
+							aad = flowAAD(h)
+						}
+						pt, err := rs.Open(v, aad)
+						if err != nil {
+							return fmt.Errorf("oauth secret %s: %w", tb.cols[i], ErrSecret)
+						}
+						nv, err := rs.Seal(pt, aad)
+						if err != nil {
+							return err
+						}
+						args = append(args, nv)
+						changed = true
+						count++
+					}
+					if changed {
+						if _, err := tx.Exec(ctx, tb.update, append(args, r.key)...); err != nil {
+							return err
+						}
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return total, err
+			}
+			total += count
+			if n == 0 {
+				break
+			}
+		}
+	}
+	return total, nil
+}
+
+// AddOAuthSealedKeyCounts adds to counts the OAuth secrets per key id, for
+// SealedKeyCounts' caller: a key is retirable only when no value here
+// references it either.
+func (s *Store) AddOAuthSealedKeyCounts(ctx context.Context, counts map[string]int) error {
+	rows, _ := s.pool.Query(ctx, `
+		SELECT v FROM server_oauth, unnest(ARRAY[client_secret, registration, discovery]) AS v WHERE v <> ''
+		UNION ALL SELECT v FROM oauth_tokens, unnest(ARRAY[access_token, refresh_token]) AS v WHERE v <> ''
+		UNION ALL SELECT verifier FROM oauth_flows`)
+	vals, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for _, v := range vals {
+		if parts := strings.SplitN(v, ":", 3); len(parts) == 3 {
+			counts[parts[1]]++
+		}
+	}
+	return nil
 }
