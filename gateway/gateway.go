@@ -153,8 +153,6 @@ type Gateway struct {
 	syncs      atomic.Int64 // completed re-reads, for tests
 	auth       authCache
 	kick       chan struct{}
-	pendMu     sync.Mutex
-	pendNames  map[string]bool
 	cancel     context.CancelFunc
 	done       sync.WaitGroup
 	closeOnce  sync.Once
@@ -170,7 +168,6 @@ type serverInfo struct {
 	OwnerID     int64
 	Enabled     bool
 	Quarantined bool
-	UpdatedAt   time.Time
 	Blocked     string // why the server cannot run here ("docker-unavailable"); "" runs
 }
 
@@ -207,7 +204,6 @@ func New(ctx context.Context, opts *Options) (*Gateway, error) {
 		pins:      map[string]map[string]string{},
 		restarted: map[string]time.Time{},
 		kick:      make(chan struct{}, 1),
-		pendNames: map[string]bool{},
 	}
 	g.auth.ttl = o.AuthCacheTTL
 	g.launcher = o.Launcher
@@ -240,7 +236,7 @@ func New(ctx context.Context, opts *Options) (*Gateway, error) {
 	g.allSrv = g.newAllServer()
 	g.handler = g.newHandler()
 
-	if err := g.sync(ctx, nil); err != nil {
+	if err := g.sync(ctx); err != nil {
 		g.rec.close()
 		_ = g.sup.Close(ctx)
 		return nil, fmt.Errorf("loading servers: %w", err)
@@ -249,14 +245,15 @@ func New(ctx context.Context, opts *Options) (*Gateway, error) {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	g.cancel = cancel
 	g.done.Go(func() {
-		_ = g.store.Listen(runCtx, []string{"mcpgate_servers", "mcpgate_settings"}, store.ListenOptions{
-			ReadyFunc: func() { g.trigger("") },
+		_ = g.store.Listen(runCtx, []string{"mcpgate_servers", "mcpgate_settings", store.RestartChannel}, store.ListenOptions{
+			// Notifications may have been missed while not listening.
+			ReadyFunc: g.trigger,
 			NotifyFunc: func(n store.Notification) {
-				if n.Channel == "mcpgate_servers" {
-					g.trigger(n.Payload)
-				} else {
-					g.trigger("")
+				if n.Channel == store.RestartChannel {
+					g.restartIfLive(n.Payload)
+					return
 				}
+				g.trigger()
 			},
 			ErrorFunc: func(err error) {
 				log.Warn("listening for changes", "err", err)
@@ -326,14 +323,8 @@ func (g *Gateway) sessionKey(ctx context.Context) ([]byte, error) {
 	return key, nil
 }
 
-// trigger asks the sync loop for a re-read; name is the server a
-// notification was about ("" for none).
-func (g *Gateway) trigger(name string) {
-	if name != "" {
-		g.pendMu.Lock()
-		g.pendNames[name] = true
-		g.pendMu.Unlock()
-	}
+// trigger asks the sync loop for a re-read.
+func (g *Gateway) trigger() {
 	select {
 	case g.kick <- struct{}{}:
 	default:
@@ -351,30 +342,18 @@ func (g *Gateway) syncLoop(ctx context.Context) {
 		case <-g.kick:
 		case <-retry.C:
 		}
-		g.pendMu.Lock()
-		names := g.pendNames
-		g.pendNames = map[string]bool{}
-		g.pendMu.Unlock()
-		if err := g.sync(ctx, names); err != nil {
+		if err := g.sync(ctx); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			g.log.Warn("re-reading servers", "err", err)
-			g.pendMu.Lock()
-			for n := range names {
-				g.pendNames[n] = true
-			}
-			g.pendMu.Unlock()
 			retry.Reset(time.Second)
 		}
 	}
 }
 
 // sync re-reads settings, servers and pins and reconciles the supervisor.
-// notified names the servers a notification was about: one whose row did
-// not change was restarted through the API (the restart route notifies
-// without writing), so its instance restarts here too.
-func (g *Gateway) sync(ctx context.Context, notified map[string]bool) error {
+func (g *Gateway) sync(ctx context.Context) error {
 	cfg, err := g.loadSettings(ctx)
 	if err != nil {
 		return err
@@ -391,7 +370,7 @@ func (g *Gateway) sync(ctx context.Context, notified map[string]bool) error {
 	desired := make([]upstream.Desired, 0, len(rows))
 	for _, r := range rows {
 		info := &serverInfo{ID: r.ID, Name: r.Name, Protocol: r.Protocol, Shared: r.Shared, OwnerID: r.OwnerID,
-			Enabled: r.Enabled, Quarantined: r.Quarantined, UpdatedAt: r.UpdatedAt}
+			Enabled: r.Enabled, Quarantined: r.Quarantined}
 		d, blocked := g.desired(r, cfg)
 		info.Blocked = blocked
 		infos[r.Name] = info
@@ -399,13 +378,10 @@ func (g *Gateway) sync(ctx context.Context, notified map[string]bool) error {
 			desired = append(desired, d)
 		}
 	}
-	var restart []string
 	g.mu.Lock()
-	for name, old := range g.servers {
+	for name := range g.servers {
 		if n := infos[name]; n == nil || !n.Enabled || n.Blocked != "" {
 			g.cat.Remove(name)
-		} else if notified[name] && n.UpdatedAt.Equal(old.UpdatedAt) && time.Since(g.restarted[name]) > 2*time.Second {
-			restart = append(restart, name)
 		}
 	}
 	g.servers, g.pins, g.cfg = infos, pins, cfg
@@ -414,16 +390,20 @@ func (g *Gateway) sync(ctx context.Context, notified map[string]bool) error {
 	if err := g.sup.Reconcile(ctx, desired); err != nil {
 		return err
 	}
-	for _, name := range restart {
-		g.restartIfLive(name)
-	}
 	g.syncs.Add(1)
 	return nil
 }
 
-// restartIfLive restarts a running instance in the background; a stopped
-// lazy one starts fresh on its next use anyway.
+// restartIfLive restarts a running instance in the background, unless this
+// replica restarted it itself a moment ago (the notification comes back to
+// its sender); a stopped lazy one starts fresh on its next use anyway.
 func (g *Gateway) restartIfLive(name string) {
+	g.mu.RLock()
+	recent := time.Since(g.restarted[name]) < 2*time.Second
+	g.mu.RUnlock()
+	if recent {
+		return
+	}
 	inst, ok := g.sup.Instance(name)
 	if !ok || inst.State() == upstream.StateStopped {
 		return

@@ -205,6 +205,26 @@ func TestReplicas(t *testing.T) {
 		t.Errorf("call through B: %q", resultText(res))
 	}
 
+	t.Run("restart reaches every replica", func(t *testing.T) {
+		instA, _ := a.sup.Instance("late")
+		instB, _ := b.sup.Instance("late")
+		startsA, startsB := instA.Status().Starts, instB.Status().Starts
+		if startsB != 1 {
+			t.Errorf("B started the server %d times before any restart (approval must not restart it)\n%s", startsB, e.logs.String())
+		}
+		// Through A, as A's REST route does.
+		if err := a.Restart(context.Background(), store.Actor{UserID: e.admin.ID}, "late"); err != nil {
+			t.Fatal(err)
+		}
+		if instA.Status().Starts != startsA+1 {
+			t.Errorf("A's Restart returned before A restarted")
+		}
+		eventually(t, 10*time.Second, func() bool {
+			return instA.Status().Starts == startsA+1 && instB.Status().Starts == startsB+1 &&
+				instA.State() == upstream.StateReady && instB.State() == upstream.StateReady
+		}, "both replicas restart the server once")
+	})
+
 	t.Run("listener reconnects and re-syncs", func(t *testing.T) {
 		b.listenFail = make(chan error, 1)
 		if _, err := e.db.Pool.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity

@@ -148,11 +148,12 @@ func (g *Gateway) SearchAs(c Caller, query string, limit int) []catalog.Result {
 	})
 }
 
-// Restart restarts server name's instance on this replica now and waits
-// until it is ready; a stopped personal server is started. Other replicas
-// restart theirs when the restart route's notification reaches them
-// (store.RecordServerAction).
-func (g *Gateway) Restart(ctx context.Context, name string) error {
+// Restart asks every replica to restart server name (recording who asked,
+// as a server.restart activity), restarts it on this replica now and waits
+// until it is ready; a stopped personal server is started. The REST
+// restart route calls this instead of store.RecordServerAction, whose
+// notification only makes replicas re-read their servers.
+func (g *Gateway) Restart(ctx context.Context, a store.Actor, name string) error {
 	info, err := g.known(name)
 	if err != nil {
 		return err
@@ -166,6 +167,9 @@ func (g *Gateway) Restart(ctx context.Context, name string) error {
 	g.mu.Lock()
 	g.restarted[name] = time.Now()
 	g.mu.Unlock()
+	if err := g.store.RequestRestart(ctx, a, name); err != nil {
+		return fmt.Errorf("restarting %q: %w", name, err)
+	}
 	if err := g.sup.Restart(ctx, name); err != nil {
 		return fmt.Errorf("restarting %q: %w", name, err)
 	}
@@ -193,8 +197,7 @@ func (g *Gateway) Approve(ctx context.Context, a store.Actor, name string) (stor
 	if err != nil {
 		return store.Server{}, fmt.Errorf("approving %q: %w", name, err)
 	}
-	// This replica need not wait for its own notification. UpdatedAt stays
-	// as it was: the notification must look like a change, not a restart.
+	// This replica need not wait for its own notification.
 	g.mu.Lock()
 	g.pins[name] = pins
 	if cur := g.servers[name]; cur != nil {

@@ -195,7 +195,7 @@ func TestBlockedAndDisabled(t *testing.T) {
 	if st := g.Status("off"); st.State != "stopped" {
 		t.Errorf("disabled server: %+v", st)
 	}
-	if err := g.Restart(context.Background(), "off"); err == nil {
+	if err := g.Restart(context.Background(), store.Actor{}, "off"); err == nil {
 		t.Errorf("restarting a disabled server succeeded")
 	}
 	if _, err := g.Tools(context.Background(), "nope"); !errors.Is(err, ErrNotFound) {

@@ -455,15 +455,9 @@ func (g *Gateway) upstreamServers(ctx context.Context, req *mcp.CallToolRequest)
 		if !MayManage(*c, srv) {
 			return errorResult("server %q is shared: only admins restart it", in.Name), nil
 		}
-		// Restart here first: the notification the record sends then finds
-		// this replica freshly restarted and leaves it alone.
-		restartErr := g.Restart(ctx, srv.Name)
-		if err := g.store.RecordServerAction(ctx, store.Actor{UserID: c.UserID, TokenID: c.TokenID,
-			RequestID: g.requestID(ctx, req.Extra)}, "server.restart", srv.Name); err != nil {
-			return nil, fmt.Errorf("recording restart: %w", err)
-		}
-		if restartErr != nil {
-			return errorResult("restarting %q: %v", in.Name, restartErr), nil
+		a := store.Actor{UserID: c.UserID, TokenID: c.TokenID, RequestID: g.requestID(ctx, req.Extra)}
+		if err := g.Restart(ctx, a, srv.Name); err != nil {
+			return errorResult("restarting %q: %v", in.Name, err), nil
 		}
 		return textResult(map[string]any{"restarted": in.Name, "status": g.Status(in.Name)}), nil
 	}

@@ -84,3 +84,18 @@ func (s *Store) listenOnce(ctx context.Context, channels []string, opts ListenOp
 		}
 	}
 }
+
+// RestartChannel carries restart requests: the payload is a server name,
+// and every replica restarts its running instance of it.
+const RestartChannel = "mcpgate_restart"
+
+// RequestRestart asks every replica to restart server name and records who
+// asked, in one transaction.
+func (s *Store) RequestRestart(ctx context.Context, a Actor, name string) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, RestartChannel, name); err != nil {
+			return err
+		}
+		return record(ctx, tx, a, "server.restart", "server/"+name, nil)
+	})
+}
