@@ -171,14 +171,7 @@ func (m *Manager) probe(ctx context.Context, serverURL string) []oauthex.Challen
 // whether it is new, so the caller stores it).
 func (m *Manager) resolveClient(ctx context.Context, cfg store.ServerOAuth, d *discovery) (client, *registration, error) {
 	if cfg.ClientID != "" {
-		method := "none"
-		if cfg.ClientSecret != "" {
-			method = "client_secret_basic"
-			if len(d.AuthMethods) > 0 && !slices.Contains(d.AuthMethods, method) && slices.Contains(d.AuthMethods, "client_secret_post") {
-				method = "client_secret_post"
-			}
-		}
-		return client{ID: cfg.ClientID, Secret: cfg.ClientSecret, AuthMethod: method}, nil, nil
+		return configuredClient(cfg, d), nil, nil
 	}
 	if len(cfg.Registration) > 0 {
 		var r registration
@@ -219,6 +212,19 @@ func (m *Manager) resolveClient(ctx context.Context, cfg store.ServerOAuth, d *d
 	return r.client(), r, nil
 }
 
+// configuredClient is the operator's pre-registered client, authenticating
+// as the authorization server prefers.
+func configuredClient(cfg store.ServerOAuth, d *discovery) client {
+	method := "none"
+	if cfg.ClientSecret != "" {
+		method = "client_secret_basic"
+		if len(d.AuthMethods) > 0 && !slices.Contains(d.AuthMethods, method) && slices.Contains(d.AuthMethods, "client_secret_post") {
+			method = "client_secret_post"
+		}
+	}
+	return client{ID: cfg.ClientID, Secret: cfg.ClientSecret, AuthMethod: method}
+}
+
 func (r registration) client() client {
 	method := r.AuthMethod
 	if r.ClientSecret == "" {
@@ -228,7 +234,7 @@ func (r registration) client() client {
 }
 
 // stored returns the discovery and client saved by the last Start.
-func (m *Manager) stored(cfg store.ServerOAuth) (*discovery, client, error) {
+func stored(cfg store.ServerOAuth) (*discovery, client, error) {
 	if len(cfg.Discovery) == 0 {
 		return nil, client{}, ErrNoToken
 	}
@@ -237,8 +243,7 @@ func (m *Manager) stored(cfg store.ServerOAuth) (*discovery, client, error) {
 		return nil, client{}, fmt.Errorf("reading stored discovery: %w", err)
 	}
 	if cfg.ClientID != "" {
-		c, _, err := m.resolveClient(context.Background(), cfg, &d) // no I/O for a configured client
-		return &d, c, err
+		return &d, configuredClient(cfg, &d), nil
 	}
 	var r registration
 	if err := json.Unmarshal(cfg.Registration, &r); err != nil || r.ClientID == "" {

@@ -203,7 +203,7 @@ func (m *Manager) Callback(ctx context.Context, p CallbackParams) (CallbackResul
 		// the wrong slot.
 		return res, ErrBadState
 	}
-	d, cl, err := m.stored(cfg)
+	d, cl, err := stored(cfg)
 	if err != nil {
 		return res, err
 	}

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -42,7 +44,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func needDB(t *testing.T) {
+func needDB(t testing.TB) {
 	t.Helper()
 	if testDBErr == nil {
 		return
@@ -52,6 +54,26 @@ func needDB(t *testing.T) {
 	}
 	t.Skipf("no test PostgreSQL (set MCPGATE_TEST_DATABASE_URL or install the server binaries): %v", testDBErr)
 }
+
+// logBuf collects every log line of every Manager, for the secret grep.
+type logBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+var allLogs logBuf
 
 // clock is a settable NowFunc, shared by the Managers of one test.
 type clock struct {
@@ -80,7 +102,7 @@ func unique(prefix string) string {
 // env is one test's world: an authorization server, a protected MCP server,
 // the gateway's callback endpoint, a Manager, users and a server row.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	ctx   context.Context
 	st    *store.Store
 	kr    *keyring.Keyring
@@ -94,7 +116,7 @@ type env struct {
 	users map[int64]string
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	needDB(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -138,7 +160,8 @@ func newEnv(t *testing.T) *env {
 
 // manager returns a Manager on its own Store, as another replica would have.
 func (e *env) manager(pool *pgxpool.Pool) *Manager {
-	m, err := New(store.New(pool, e.kr), &Options{PublicURL: e.cb.URL, NowFunc: e.clock.Now})
+	m, err := New(store.New(pool, e.kr), &Options{PublicURL: e.cb.URL, NowFunc: e.clock.Now,
+		Logger: slog.New(slog.NewTextHandler(&allLogs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -661,6 +684,13 @@ func TestSecretsAtRest(t *testing.T) {
 	if st, _ := e.m.Status(e.ctx, e.srv.ID, bob); st.Status != StatusError {
 		t.Fatalf("bob's status with a bad row: %+v, want error", st)
 	}
+	logs := allLogs.String()
+	if !strings.Contains(logs, "oauth authorized") {
+		t.Fatal("the log capture saw nothing: the check proves nothing")
+	}
+	if containsAny(logs, secrets) != "" {
+		t.Fatal("a secret appears in the logs")
+	}
 	// The moved value opens nowhere else either: into a column of its own row.
 	if _, err := testDB.Pool.Exec(e.ctx, `UPDATE oauth_tokens SET refresh_token = access_token WHERE server_id = $1 AND user_id = $2`,
 		e.srv.ID, alice); err != nil {
@@ -784,5 +814,68 @@ func TestKeyRotation(t *testing.T) {
 	e.clock.Advance(2 * time.Hour) // refresh with the re-sealed client secret and refresh token
 	if got := e.mustWhoami(alice); got != "alice" {
 		t.Fatalf("refresh after rotation: %q", got)
+	}
+}
+
+// TestDiscoveryWithoutChallengeParam: a server whose 401 names no
+// resource_metadata is found through the well-known URL at its path; one
+// whose 401 names metadata for another resource is refused (RFC 9728 §3.3).
+func TestDiscoveryWithoutChallengeParam(t *testing.T) {
+	e := newEnv(t)
+	var bare *httptest.Server
+	bare = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/mcp":
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			http.Error(w, "no", http.StatusUnauthorized)
+		case "/liar":
+			w.Header().Set("WWW-Authenticate", `Bearer resource_metadata="`+e.rs.srv.URL+`/.well-known/oauth-protected-resource/mcp"`)
+			http.Error(w, "no", http.StatusUnauthorized)
+		case "/.well-known/oauth-protected-resource/mcp":
+			writeJSON(w, http.StatusOK, map[string]any{"resource": bare.URL + "/mcp",
+				"authorization_servers": []string{e.as.srv.URL}})
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer bare.Close()
+	d, err := e.m.discover(e.ctx, bare.URL+"/mcp")
+	if err != nil || d.Issuer != e.as.srv.URL || d.Resource != bare.URL+"/mcp" || d.RegistrationURL == "" {
+		t.Fatalf("discover through the well-known path: %+v, %v", d, err)
+	}
+	if _, err := e.m.discover(e.ctx, bare.URL+"/liar"); !errors.Is(err, ErrDiscovery) {
+		t.Fatalf("metadata for another resource: %v, want ErrDiscovery", err)
+	}
+}
+
+// TestSSRFDefaults: the default client refuses private addresses, while
+// loopback (the other tests) works.
+func TestSSRFDefaults(t *testing.T) {
+	e := newEnv(t)
+	srv := e.srv
+	srv.URL = "http://10.11.12.13:9/mcp"
+	if _, err := e.m.Start(e.ctx, srv, e.user("x")); !errors.Is(err, ErrDiscovery) {
+		t.Fatalf("Start on a private address: %v, want ErrDiscovery", err)
+	}
+	for ip, want := range map[string]bool{"10.0.0.1": true, "192.168.1.1": true, "169.254.169.254": true,
+		"100.64.0.1": true, "fd00::1": true, "0.0.0.0": true, "127.0.0.1": false, "::1": false, "8.8.8.8": false} {
+		if got := forbiddenIP(netip.MustParseAddr(ip)); got != want {
+			t.Errorf("forbiddenIP(%s) = %v, want %v", ip, got, want)
+		}
+	}
+}
+
+// BenchmarkToken is the per-request cost of an upstream call's token: one
+// query and two unseals, no refresh.
+func BenchmarkToken(b *testing.B) {
+	e := newEnv(b)
+	alice := e.user("alice")
+	e.authorize(alice)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := e.m.Token(e.ctx, e.srv.ID, alice); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

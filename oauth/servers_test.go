@@ -62,7 +62,7 @@ type asGrant struct {
 	refresh         string // the refresh token issued with an access token
 }
 
-func newTestAS(t *testing.T) *testAS {
+func newTestAS(t testing.TB) *testAS {
 	as := &testAS{clients: map[string]*asClient{}, codes: map[string]*asCode{},
 		access: map[string]*asGrant{}, refresh: map[string]*asGrant{}}
 	mux := http.NewServeMux()
@@ -313,7 +313,7 @@ type seenRequest struct {
 	caller, subject, token string
 }
 
-func newTestRS(t *testing.T, as *testAS) *testRS {
+func newTestRS(t testing.TB, as *testAS) *testRS {
 	rs := &testRS{}
 	mux := http.NewServeMux()
 	rs.srv = httptest.NewServer(mux)

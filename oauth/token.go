@@ -205,7 +205,7 @@ func (m *Manager) refresh(ctx context.Context, serverID, owner int64, rejected s
 		if err != nil {
 			return nil, fmt.Errorf("reading OAuth configuration: %w", err)
 		}
-		d, cl, err := m.stored(cfg)
+		d, cl, err := stored(cfg)
 		if err != nil {
 			return nil, err
 		}
