@@ -144,11 +144,20 @@ func buildImage(t *testing.T, cli *client.Client, target string, args map[string
 	if err != nil {
 		t.Fatalf("building the %s image: %v", target, err)
 	}
+	// Stages before the target leave untagged images of their own; remove
+	// those too, unless something else (a child) still uses them.
+	var stepImages []string
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if _, err := cli.ImageRemove(ctx, tag, image.RemoveOptions{Force: true, PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
 			t.Errorf("removing %s: %v", tag, err)
+		}
+		for _, id := range slices.Backward(stepImages) {
+			// A tagged one is a base (FROM) that the test did not make.
+			if img, err := cli.ImageInspect(ctx, id); err == nil && len(img.RepoTags) == 0 {
+				cli.ImageRemove(ctx, id, image.RemoveOptions{PruneChildren: true})
+			}
 		}
 	})
 	// Build errors arrive inside the stream, which must be read to the end.
@@ -167,6 +176,9 @@ func buildImage(t *testing.T, cli *client.Client, target string, args map[string
 			t.Fatalf("reading the build output: %v\n%s", err, log.String())
 		}
 		log.WriteString(msg.Stream)
+		if id, ok := strings.CutPrefix(strings.TrimSpace(msg.Stream), "---> "); ok && len(id) == 12 && strings.Trim(id, "0123456789abcdef") == "" {
+			stepImages = append(stepImages, id)
+		}
 		if msg.ErrorDetail != nil {
 			t.Fatalf("building the %s image: %s\n%s", target, msg.ErrorDetail.Message, log.String())
 		}
