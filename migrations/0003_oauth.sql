@@ -34,6 +34,8 @@ CREATE TABLE oauth_flows (
     -- flow: the callback must come back from that browser (or from a session
     -- of the same user), so a link to someone else's flow is useless.
     binding_hash bytea NOT NULL CHECK (length(binding_hash) = 32),
+    -- SHA-256 of the server URL the flow was started for (see oauth_tokens).
+    url_hash     bytea NOT NULL CHECK (length(url_hash) = 32),
     verifier     text NOT NULL,
     redirect_uri text NOT NULL,
     created_at   timestamptz NOT NULL DEFAULT now(),
@@ -55,6 +57,9 @@ CREATE TABLE oauth_tokens (
     expiry        timestamptz,
     status        text NOT NULL DEFAULT 'authorized' CHECK (status IN ('authorized', 'expired', 'error')),
     last_error    text NOT NULL DEFAULT '',
+    -- SHA-256 of the server URL the token was issued for: once the URL
+    -- changes, the token is not sent (it would go to another host).
+    url_hash      bytea NOT NULL CHECK (length(url_hash) = 32),
     created_at    timestamptz NOT NULL DEFAULT now(),
     updated_at    timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (server_id, user_key)

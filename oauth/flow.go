@@ -97,7 +97,7 @@ func (m *Manager) start(ctx context.Context, srv store.Server, userID int64) (st
 	exp := now.Add(m.flowTTL)
 	if err := m.st.CreateOAuthFlow(ctx, store.OAuthFlow{
 		StateHash: hashState(state), ServerID: srv.ID, UserID: userID, Shared: cfg.Mode == store.OAuthShared,
-		BindingHash: hashState(binding), Verifier: verifier, RedirectURI: m.redirectURI, CreatedAt: now, ExpiresAt: exp,
+		BindingHash: hashState(binding), URLHash: hashURL(srv.URL), Verifier: verifier, RedirectURI: m.redirectURI, CreatedAt: now, ExpiresAt: exp,
 	}); err != nil {
 		return fail(fmt.Errorf("saving OAuth flow: %w", err))
 	}
@@ -225,7 +225,7 @@ func (m *Manager) Callback(ctx context.Context, p CallbackParams) (CallbackResul
 		owner = 0
 	}
 	tok := tr.storeToken(m.now())
-	tok.ServerID, tok.UserID = f.ServerID, owner
+	tok.ServerID, tok.UserID, tok.URLHash = f.ServerID, owner, f.URLHash
 	if err := m.st.PutOAuthToken(ctx, tok); err != nil {
 		return res, fmt.Errorf("saving OAuth token: %w", err)
 	}

@@ -48,6 +48,10 @@ var (
 	// ErrExpired means the stored token expired or was revoked and cannot be
 	// refreshed; the user has to authorize again.
 	ErrExpired = errors.New("OAuth token expired and cannot be refreshed; authorize again")
+	// ErrURLChanged means the server's URL changed since its token was
+	// issued: the token is not sent to the new URL (another host, maybe);
+	// the user has to authorize again.
+	ErrURLChanged = errors.New("the server's URL changed since it was authorized; authorize again")
 	// ErrDiscovery means the server's authorization server could not be
 	// found or does not meet the MCP authorization spec.
 	ErrDiscovery = errors.New("discovering the OAuth authorization server")
@@ -204,6 +208,12 @@ func (m *Manager) lock(ctx context.Context, k tokenKey) (unlock func(), err erro
 		release()
 		return nil, ctx.Err()
 	}
+}
+
+// hashURL binds flows and tokens to the server URL they were made for.
+func hashURL(u string) []byte {
+	h := sha256.Sum256([]byte("url:" + u))
+	return h[:]
 }
 
 func hashState(state string) []byte {

@@ -223,7 +223,7 @@ func (e *env) connect(m *Manager, userID int64) (*mcp.ClientSession, error) {
 	hc := &http.Client{Transport: callerHeader{caller: strconv.FormatInt(userID, 10), base: http.DefaultTransport}}
 	c := mcp.NewClient(&mcp.Implementation{Name: "gateway", Version: "test"}, nil)
 	return c.Connect(e.ctx, &mcp.StreamableClientTransport{Endpoint: e.rs.endpoint, HTTPClient: hc,
-		OAuthHandler: m.Handler(e.srv.ID, userID), MaxRetries: -1}, nil)
+		OAuthHandler: m.Handler(e.srv.ID, userID, e.srv.URL), MaxRetries: -1}, nil)
 }
 
 func whoami(ctx context.Context, cs *mcp.ClientSession) (string, error) {
@@ -264,14 +264,14 @@ func TestPerUserFlow(t *testing.T) {
 	e := newEnv(t)
 	alice, bob := e.user("alice"), e.user("bob")
 
-	if st, err := e.m.Status(e.ctx, e.srv.ID, alice); err != nil || st.Status != StatusNone {
+	if st, err := e.m.Status(e.ctx, e.srv, alice); err != nil || st.Status != StatusNone {
 		t.Fatalf("status before: %+v, %v", st, err)
 	}
 	e.authorize(alice)
 	if got := e.mustWhoami(alice); got != "alice" {
 		t.Fatalf("alice's call ran as %q", got)
 	}
-	st, err := e.m.Status(e.ctx, e.srv.ID, alice)
+	st, err := e.m.Status(e.ctx, e.srv, alice)
 	if err != nil || st.Status != StatusAuthorized || st.ExpiresAt == nil {
 		t.Fatalf("alice's status: %+v, %v", st, err)
 	}
@@ -283,7 +283,7 @@ func TestPerUserFlow(t *testing.T) {
 	} else if !errors.Is(err, ErrNoToken) && !strings.Contains(err.Error(), ErrNoToken.Error()) {
 		t.Fatalf("bob's connect failed with %v, want ErrNoToken", err)
 	}
-	if st, _ := e.m.Status(e.ctx, e.srv.ID, bob); st.Status != StatusNone {
+	if st, _ := e.m.Status(e.ctx, e.srv, bob); st.Status != StatusNone {
 		t.Fatalf("bob's status %+v, want none", st)
 	}
 
@@ -329,16 +329,16 @@ func TestPerUserFlow(t *testing.T) {
 	if err := e.m.Forget(e.ctx, store.Actor{UserID: alice}, e.srv.ID, alice); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := e.m.Status(e.ctx, e.srv.ID, alice); st.Status != StatusNone {
+	if st, _ := e.m.Status(e.ctx, e.srv, alice); st.Status != StatusNone {
 		t.Fatalf("alice's status after Forget: %+v", st)
 	}
-	if _, err := e.m.Token(e.ctx, e.srv.ID, alice); !errors.Is(err, ErrNoToken) {
+	if _, err := e.m.Token(e.ctx, e.srv.ID, alice, e.srv.URL); !errors.Is(err, ErrNoToken) {
 		t.Fatalf("Token after Forget: %v, want ErrNoToken", err)
 	}
 	if got := e.mustWhoami(bob); got != "bob" {
 		t.Fatalf("bob after alice forgot: %q", got)
 	}
-	sts, err := e.m.Statuses(e.ctx, bob)
+	sts, err := e.m.Statuses(e.ctx, bob, []store.Server{e.srv})
 	if err != nil || sts[e.srv.ID].Status != StatusAuthorized {
 		t.Fatalf("Statuses(bob) = %+v, %v", sts, err)
 	}
@@ -361,7 +361,7 @@ func TestSharedModePreregisteredClient(t *testing.T) {
 	if got := e.mustWhoami(member); got != "svc-admin" {
 		t.Fatalf("member's call ran as %q, want the shared account", got)
 	}
-	if st, _ := e.m.Status(e.ctx, e.srv.ID, member); st.Status != StatusAuthorized {
+	if st, _ := e.m.Status(e.ctx, e.srv, member); st.Status != StatusAuthorized {
 		t.Fatalf("member sees status %+v", st)
 	}
 	if _, err := e.st.GetOAuthToken(e.ctx, e.srv.ID, admin); !errors.Is(err, store.ErrNotFound) {
@@ -371,7 +371,7 @@ func TestSharedModePreregisteredClient(t *testing.T) {
 	if err := e.m.Forget(e.ctx, store.Actor{UserID: admin}, e.srv.ID, admin); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := e.m.Status(e.ctx, e.srv.ID, member); st.Status != StatusNone {
+	if st, _ := e.m.Status(e.ctx, e.srv, member); st.Status != StatusNone {
 		t.Fatalf("after Forget member sees %+v", st)
 	}
 }
@@ -513,7 +513,7 @@ func TestParallelRefresh(t *testing.T) {
 	errs := make([]error, 4)
 	for i := range tokens {
 		wg.Go(func() {
-			tok, err := managers[i%2].Token(e.ctx, e.srv.ID, alice)
+			tok, err := managers[i%2].Token(e.ctx, e.srv.ID, alice, e.srv.URL)
 			if err == nil {
 				tokens[i] = tok.AccessToken
 			}
@@ -596,14 +596,14 @@ func TestRejectedTokenRefreshesOnce(t *testing.T) {
 	if _, err := whoami(e.ctx, cs); err == nil || !strings.Contains(err.Error(), "authoriz") {
 		t.Fatalf("call with dead tokens: %v", err)
 	}
-	if st, _ := e.m.Status(e.ctx, e.srv.ID, alice); st.Status != StatusExpired {
+	if st, _ := e.m.Status(e.ctx, e.srv, alice); st.Status != StatusExpired {
 		t.Fatalf("status %+v, want expired", st)
 	}
 	e.as.mu.Lock()
 	tried := e.as.refreshTried
 	e.as.mu.Unlock()
 	for range 3 {
-		if _, err := e.m.Token(e.ctx, e.srv.ID, alice); !errors.Is(err, ErrExpired) {
+		if _, err := e.m.Token(e.ctx, e.srv.ID, alice, e.srv.URL); !errors.Is(err, ErrExpired) {
 			t.Fatalf("Token: %v, want ErrExpired", err)
 		}
 	}
@@ -672,7 +672,7 @@ func TestSecretsAtRest(t *testing.T) {
 	if !errors.Is(err, store.ErrSecret) {
 		t.Fatalf("a moved ciphertext opened: %v", err)
 	}
-	_, tokErr := e.m.Token(e.ctx, e.srv.ID, bob)
+	_, tokErr := e.m.Token(e.ctx, e.srv.ID, bob, e.srv.URL)
 	if tokErr == nil {
 		t.Fatal("Token succeeded with a moved ciphertext")
 	}
@@ -681,7 +681,7 @@ func TestSecretsAtRest(t *testing.T) {
 			t.Fatalf("the error leaks a secret or ciphertext: %q", msg)
 		}
 	}
-	if st, _ := e.m.Status(e.ctx, e.srv.ID, bob); st.Status != StatusError {
+	if st, _ := e.m.Status(e.ctx, e.srv, bob); st.Status != StatusError {
 		t.Fatalf("bob's status with a bad row: %+v, want error", st)
 	}
 	logs := allLogs.String()
@@ -708,23 +708,21 @@ func TestSSETransport(t *testing.T) {
 	want := e.storedToken(alice).AccessToken
 
 	var mu sync.Mutex
-	got := map[string]string{} // server → Authorization seen
-	rec := func(name string) *httptest.Server {
-		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			mu.Lock()
-			got[name] = r.Header.Get("Authorization")
-			mu.Unlock()
-		}))
-		t.Cleanup(s.Close)
-		return s
-	}
-	own, other := rec("own"), rec("other")
-	rt, err := e.m.Transport(nil, own.URL+"/sse", e.srv.ID, alice)
+	var otherAuth []string
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		otherAuth = append(otherAuth, r.Header.Get("Authorization"))
+		mu.Unlock()
+	}))
+	defer other.Close()
+	rt, err := e.m.Transport(callerHeader{caller: "sse", base: http.DefaultTransport}, e.srv.URL, e.srv.ID, alice)
 	if err != nil {
 		t.Fatal(err)
 	}
 	hc := &http.Client{Transport: rt}
-	for _, u := range []string{own.URL + "/messages?session=1", other.URL + "/steal"} {
+	// The SSE server's own origin (any path), then an origin it might name
+	// as its message endpoint.
+	for _, u := range []string{e.srv.URL + "?session=1", other.URL + "/steal"} {
 		req, _ := http.NewRequestWithContext(e.ctx, http.MethodPost, u, strings.NewReader("{}"))
 		req.Header.Set("Authorization", "Bearer the-mcp-clients-own-token")
 		resp, err := hc.Do(req)
@@ -733,13 +731,19 @@ func TestSSETransport(t *testing.T) {
 		}
 		resp.Body.Close()
 	}
+	var sent []string
+	for _, r := range e.rs.requests() {
+		if r.caller == "sse" {
+			sent = append(sent, r.token)
+		}
+	}
+	if len(sent) != 1 || sent[0] != want {
+		t.Errorf("the server's origin got tokens %q, want only the user's upstream token", sent)
+	}
 	mu.Lock()
 	defer mu.Unlock()
-	if got["own"] != "Bearer "+want {
-		t.Errorf("own origin got %q, want the user's upstream token", got["own"])
-	}
-	if got["other"] != "" {
-		t.Errorf("another origin got Authorization %q", got["other"])
+	if len(otherAuth) != 1 || otherAuth[0] != "" {
+		t.Errorf("another origin got Authorization %q", otherAuth)
 	}
 }
 
@@ -874,8 +878,45 @@ func BenchmarkToken(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		if _, err := e.m.Token(e.ctx, e.srv.ID, alice); err != nil {
+		if _, err := e.m.Token(e.ctx, e.srv.ID, alice, e.srv.URL); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestURLChangeDropsToken: a token issued for the server's URL is never sent
+// once the URL points elsewhere (an owner's edit must not hand every user's
+// token to another host).
+func TestURLChangeDropsToken(t *testing.T) {
+	e := newEnv(t)
+	alice := e.user("alice")
+	e.authorize(alice)
+	var hits atomic.Int64
+	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "" {
+			hits.Add(1)
+		}
+		http.Error(w, "no", http.StatusUnauthorized)
+	}))
+	defer elsewhere.Close()
+	moved, err := e.st.UpdateServer(e.ctx, store.Actor{}, store.Scope{All: true}, e.srv.Name, "server.update",
+		func(s *store.Server) error { s.URL = elsewhere.URL + "/mcp"; return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.m.Token(e.ctx, moved.ID, alice, moved.URL); !errors.Is(err, ErrURLChanged) {
+		t.Fatalf("Token for the new URL: %v, want ErrURLChanged", err)
+	}
+	if st, _ := e.m.Status(e.ctx, moved, alice); st.Status != StatusExpired {
+		t.Fatalf("status after the URL changed: %+v", st)
+	}
+	c := mcp.NewClient(&mcp.Implementation{Name: "gateway", Version: "test"}, nil)
+	if cs, err := c.Connect(e.ctx, &mcp.StreamableClientTransport{Endpoint: moved.URL,
+		OAuthHandler: e.m.Handler(moved.ID, alice, moved.URL), MaxRetries: -1}, nil); err == nil {
+		cs.Close()
+		t.Fatal("connected to the new URL")
+	}
+	if hits.Load() != 0 {
+		t.Fatal("a token was sent to the server's new URL")
 	}
 }

@@ -2,6 +2,7 @@ package oauth
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -147,17 +148,21 @@ func toOAuth2(t store.OAuthToken) *oauth2.Token {
 	return &oauth2.Token{AccessToken: t.AccessToken, TokenType: "Bearer", Expiry: t.Expiry}
 }
 
-// Token returns the access token a call by userID to the server carries
-// (the user's own, or the shared one, per the server's mode), refreshing it
-// first when it is expired or about to be. ErrNoToken: none stored;
-// ErrExpired: stored but not refreshable.
-func (m *Manager) Token(ctx context.Context, serverID, userID int64) (*oauth2.Token, error) {
+// Token returns the access token a call by userID to the server at
+// endpoint (its configured URL) carries: the user's own, or the shared one,
+// per the server's mode. It refreshes the token first when it is expired or
+// about to be. ErrNoToken: none stored; ErrExpired: stored but not
+// refreshable; ErrURLChanged: issued for another URL.
+func (m *Manager) Token(ctx context.Context, serverID, userID int64, endpoint string) (*oauth2.Token, error) {
 	t, err := m.st.GetOAuthTokenFor(ctx, serverID, userID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, ErrNoToken
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading OAuth token: %w", err)
+	}
+	if subtle.ConstantTimeCompare(t.URLHash, hashURL(endpoint)) != 1 {
+		return nil, ErrURLChanged
 	}
 	if m.fresh(t, m.now()) {
 		return toOAuth2(t), nil
@@ -259,19 +264,20 @@ func (m *Manager) refresh(ctx context.Context, serverID, owner int64, rejected s
 
 // TokenSource returns an oauth2.TokenSource over Token. Token has no
 // context: each call gets RequestTimeout.
-func (m *Manager) TokenSource(serverID, userID int64) oauth2.TokenSource {
-	return tokenSource{m: m, serverID: serverID, userID: userID}
+func (m *Manager) TokenSource(serverID, userID int64, endpoint string) oauth2.TokenSource {
+	return tokenSource{m: m, serverID: serverID, userID: userID, endpoint: endpoint}
 }
 
 type tokenSource struct {
 	m                *Manager
 	serverID, userID int64
+	endpoint         string
 }
 
 func (ts tokenSource) Token() (*oauth2.Token, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), ts.m.timeout+10*time.Second)
 	defer cancel()
-	return ts.m.Token(ctx, ts.serverID, ts.userID)
+	return ts.m.Token(ctx, ts.serverID, ts.userID, ts.endpoint)
 }
 
 // Status is what the server object shows of a caller's OAuth token: never
@@ -281,7 +287,10 @@ type Status struct {
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 }
 
-func (m *Manager) status(st store.OAuthTokenState) Status {
+func (m *Manager) status(st store.OAuthTokenState, endpoint string) Status {
+	if subtle.ConstantTimeCompare(st.URLHash, hashURL(endpoint)) != 1 {
+		return Status{Status: StatusExpired} // issued for the server's old URL
+	}
 	s := Status{Status: st.Status}
 	if !st.Expiry.IsZero() {
 		e := st.Expiry
@@ -293,10 +302,10 @@ func (m *Manager) status(st store.OAuthTokenState) Status {
 	return s
 }
 
-// Status returns the state of the token a call by userID to the server
-// would use; StatusNone when there is none (or no OAuth configuration).
-func (m *Manager) Status(ctx context.Context, serverID, userID int64) (Status, error) {
-	t, err := m.st.GetOAuthTokenFor(ctx, serverID, userID)
+// Status returns the state of the token a call by userID to srv would use;
+// StatusNone when there is none (or no OAuth configuration).
+func (m *Manager) Status(ctx context.Context, srv store.Server, userID int64) (Status, error) {
+	t, err := m.st.GetOAuthTokenFor(ctx, srv.ID, userID)
 	if errors.Is(err, store.ErrNotFound) {
 		return Status{Status: StatusNone}, nil
 	}
@@ -306,20 +315,28 @@ func (m *Manager) Status(ctx context.Context, serverID, userID int64) (Status, e
 	if err != nil {
 		return Status{}, err
 	}
-	return m.status(store.OAuthTokenState{Status: t.Status, Expiry: t.Expiry, HasRefresh: t.RefreshToken != ""}), nil
+	return m.status(store.OAuthTokenState{Status: t.Status, Expiry: t.Expiry, HasRefresh: t.RefreshToken != "",
+		URLHash: t.URLHash}, srv.URL), nil
 }
 
-// Statuses returns Status for every server that has a token userID's calls
-// would use, by server id; a server absent from the map is StatusNone. It
-// serves listings with one query.
-func (m *Manager) Statuses(ctx context.Context, userID int64) (map[int64]Status, error) {
+// Statuses returns Status for each of servers as userID sees it, by server
+// id, with one query: for listings.
+func (m *Manager) Statuses(ctx context.Context, userID int64, servers []store.Server) (map[int64]Status, error) {
 	list, err := m.st.ListOAuthTokenStates(ctx, userID)
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[int64]Status, len(list))
+	byID := make(map[int64]store.OAuthTokenState, len(list))
 	for _, st := range list {
-		out[st.ServerID] = m.status(st)
+		byID[st.ServerID] = st
+	}
+	out := make(map[int64]Status, len(servers))
+	for _, srv := range servers {
+		if st, ok := byID[srv.ID]; ok {
+			out[srv.ID] = m.status(st, srv.URL)
+		} else {
+			out[srv.ID] = Status{Status: StatusNone}
+		}
 	}
 	return out, nil
 }

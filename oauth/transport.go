@@ -2,6 +2,7 @@ package oauth
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net/http"
@@ -18,21 +19,23 @@ import (
 var ErrNeedsAuthorization = errors.New("upstream requires OAuth authorization; start it from the server's oauth/start")
 
 // Handler returns the auth.OAuthHandler for
-// mcp.StreamableClientTransport.OAuthHandler when userID calls the server:
+// mcp.StreamableClientTransport.OAuthHandler when userID calls the server
+// at endpoint (its configured URL, the transport's Endpoint):
 // its TokenSource reads the token from Postgres (refreshing before expiry),
 // and on a 401 it refreshes once and lets the SDK retry. It never runs an
 // interactive flow: that starts from the REST API.
-func (m *Manager) Handler(serverID, userID int64) auth.OAuthHandler {
-	return &handler{m: m, serverID: serverID, userID: userID}
+func (m *Manager) Handler(serverID, userID int64, endpoint string) auth.OAuthHandler {
+	return &handler{m: m, serverID: serverID, userID: userID, endpoint: endpoint}
 }
 
 type handler struct {
 	m                *Manager
 	serverID, userID int64
+	endpoint         string
 }
 
 func (h *handler) TokenSource(context.Context) (oauth2.TokenSource, error) {
-	return h.m.TokenSource(h.serverID, h.userID), nil
+	return h.m.TokenSource(h.serverID, h.userID, h.endpoint), nil
 }
 
 func (h *handler) Authorize(ctx context.Context, req *http.Request, resp *http.Response) error {
@@ -41,15 +44,18 @@ func (h *handler) Authorize(ctx context.Context, req *http.Request, resp *http.R
 		// Step-up (insufficient_scope) needs the user; a plain 403 is final.
 		return fmt.Errorf("%w: the upstream answered 403", ErrNeedsAuthorization)
 	}
-	return h.m.renew(ctx, h.serverID, h.userID, bearer(req.Header))
+	return h.m.renew(ctx, h.serverID, h.userID, h.endpoint, bearer(req.Header))
 }
 
 // renew handles a 401 for a request that carried sent (maybe ""): it
 // refreshes the stored token unless a concurrent refresh already replaced it.
-func (m *Manager) renew(ctx context.Context, serverID, userID int64, sent string) error {
+func (m *Manager) renew(ctx context.Context, serverID, userID int64, endpoint, sent string) error {
 	t, err := m.st.GetOAuthTokenFor(ctx, serverID, userID)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrNeedsAuthorization, ErrNoToken)
+	}
+	if subtle.ConstantTimeCompare(t.URLHash, hashURL(endpoint)) != 1 {
+		return fmt.Errorf("%w: %v", ErrNeedsAuthorization, ErrURLChanged)
 	}
 	if sent == "" {
 		sent = t.AccessToken // the request had none: treat the stored one as refused
@@ -81,13 +87,13 @@ func (m *Manager) Transport(base http.RoundTripper, endpoint string, serverID, u
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	return &transport{m: m, base: base, origin: origin(u), serverID: serverID, userID: userID}, nil
+	return &transport{m: m, base: base, endpoint: endpoint, origin: origin(u), serverID: serverID, userID: userID}, nil
 }
 
 type transport struct {
 	m                *Manager
 	base             http.RoundTripper
-	origin           string
+	endpoint, origin string
 	serverID, userID int64
 }
 
@@ -111,7 +117,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		r.Header.Del("Authorization")
 		return t.base.RoundTrip(r)
 	}
-	tok, err := t.m.Token(req.Context(), t.serverID, t.userID)
+	tok, err := t.m.Token(req.Context(), t.serverID, t.userID, t.endpoint)
 	if err != nil {
 		if req.Body != nil {
 			req.Body.Close()
@@ -126,13 +132,13 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if req.Body != nil && req.GetBody == nil {
 		// Cannot replay the body: renew for the next request only.
-		t.m.renew(req.Context(), t.serverID, t.userID, tok.AccessToken)
+		t.m.renew(req.Context(), t.serverID, t.userID, t.endpoint, tok.AccessToken)
 		return resp, nil
 	}
-	if err := t.m.renew(req.Context(), t.serverID, t.userID, tok.AccessToken); err != nil {
+	if err := t.m.renew(req.Context(), t.serverID, t.userID, t.endpoint, tok.AccessToken); err != nil {
 		return resp, nil // the 401 stands
 	}
-	tok2, err := t.m.Token(req.Context(), t.serverID, t.userID)
+	tok2, err := t.m.Token(req.Context(), t.serverID, t.userID, t.endpoint)
 	if err != nil {
 		return resp, nil
 	}

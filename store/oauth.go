@@ -47,6 +47,7 @@ type OAuthFlow struct {
 	UserID      int64
 	Shared      bool   // the token goes to the server's shared slot
 	BindingHash []byte // SHA-256 of the browser binding cookie's value
+	URLHash     []byte // SHA-256 of the server URL it was started for
 	Verifier    string
 	RedirectURI string
 	CreatedAt   time.Time
@@ -65,6 +66,7 @@ type OAuthToken struct {
 	Expiry       time.Time // zero: the server gave no lifetime
 	Status       string
 	LastError    string // never holds a token or secret
+	URLHash      []byte // SHA-256 of the server URL it was issued for
 	UpdatedAt    time.Time
 }
 
@@ -237,10 +239,10 @@ func (s *Store) CreateOAuthFlow(ctx context.Context, f OAuthFlow) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.pool.Exec(ctx, `INSERT INTO oauth_flows (state_hash, server_id, user_id, shared, binding_hash, verifier,
-			redirect_uri, created_at, expires_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-		f.StateHash, f.ServerID, f.UserID, f.Shared, f.BindingHash, verifier, f.RedirectURI, f.CreatedAt, f.ExpiresAt)
+	_, err = s.pool.Exec(ctx, `INSERT INTO oauth_flows (state_hash, server_id, user_id, shared, binding_hash, url_hash,
+			verifier, redirect_uri, created_at, expires_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+		f.StateHash, f.ServerID, f.UserID, f.Shared, f.BindingHash, f.URLHash, verifier, f.RedirectURI, f.CreatedAt, f.ExpiresAt)
 	return err
 }
 
@@ -253,8 +255,10 @@ func (s *Store) TakeOAuthFlow(ctx context.Context, stateHash []byte) (OAuthFlow,
 		verifier string
 	)
 	err := s.pool.QueryRow(ctx, `DELETE FROM oauth_flows WHERE state_hash = $1
-		RETURNING state_hash, server_id, user_id, shared, binding_hash, verifier, redirect_uri, created_at, expires_at`, stateHash).
-		Scan(&f.StateHash, &f.ServerID, &f.UserID, &f.Shared, &f.BindingHash, &verifier, &f.RedirectURI, &f.CreatedAt, &f.ExpiresAt)
+		RETURNING state_hash, server_id, user_id, shared, binding_hash, url_hash, verifier, redirect_uri, created_at,
+			expires_at`, stateHash).
+		Scan(&f.StateHash, &f.ServerID, &f.UserID, &f.Shared, &f.BindingHash, &f.URLHash, &verifier, &f.RedirectURI,
+			&f.CreatedAt, &f.ExpiresAt)
 	if err != nil {
 		return OAuthFlow{}, notFound(err)
 	}
@@ -280,7 +284,7 @@ func userKeyArg(userID int64) any {
 }
 
 const oauthTokenCols = `server_id, coalesce(user_id, 0), access_token, refresh_token, token_type, scope, expiry,
-	status, last_error, updated_at`
+	status, last_error, url_hash, updated_at`
 
 func (s *Store) scanToken(row pgx.Row) (OAuthToken, error) {
 	var (
@@ -289,7 +293,7 @@ func (s *Store) scanToken(row pgx.Row) (OAuthToken, error) {
 		expiry          *time.Time
 	)
 	if err := row.Scan(&t.ServerID, &t.UserID, &access, &refresh, &t.TokenType, &t.Scope, &expiry,
-		&t.Status, &t.LastError, &t.UpdatedAt); err != nil {
+		&t.Status, &t.LastError, &t.URLHash, &t.UpdatedAt); err != nil {
 		return OAuthToken{}, notFound(err)
 	}
 	if expiry != nil {
@@ -322,13 +326,14 @@ type OAuthTokenState struct {
 	Expiry     time.Time // zero: none
 	HasRefresh bool
 	LastError  string
+	URLHash    []byte
 }
 
 // ListOAuthTokenStates returns, for every server with OAuth configured, the
 // state of the token a call by userID would use: the shared one for shared
 // servers, the user's own otherwise. A server without a token is absent.
 func (s *Store) ListOAuthTokenStates(ctx context.Context, userID int64) ([]OAuthTokenState, error) {
-	rows, _ := s.pool.Query(ctx, `SELECT t.server_id, coalesce(t.user_id, 0), t.status, t.expiry, t.refresh_token <> '', t.last_error
+	rows, _ := s.pool.Query(ctx, `SELECT t.server_id, coalesce(t.user_id, 0), t.status, t.expiry, t.refresh_token <> '', t.last_error, t.url_hash
 		FROM server_oauth c JOIN oauth_tokens t ON t.server_id = c.server_id
 		WHERE t.user_key = CASE WHEN c.mode = 'shared' THEN 0 ELSE $1 END`, userID)
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (OAuthTokenState, error) {
@@ -336,7 +341,7 @@ func (s *Store) ListOAuthTokenStates(ctx context.Context, userID int64) ([]OAuth
 			st     OAuthTokenState
 			expiry *time.Time
 		)
-		err := row.Scan(&st.ServerID, &st.UserID, &st.Status, &expiry, &st.HasRefresh, &st.LastError)
+		err := row.Scan(&st.ServerID, &st.UserID, &st.Status, &expiry, &st.HasRefresh, &st.LastError, &st.URLHash)
 		if expiry != nil {
 			st.Expiry = *expiry
 		}
@@ -365,15 +370,15 @@ func (s *Store) tokenArgs(t OAuthToken) (pgx.NamedArgs, error) {
 	}
 	return pgx.NamedArgs{"server_id": t.ServerID, "user_id": userKeyArg(t.UserID), "user_key": t.UserID,
 		"access": access, "refresh": refresh, "token_type": t.TokenType, "scope": t.Scope, "expiry": expiry,
-		"status": t.Status, "last_error": t.LastError}, nil
+		"status": t.Status, "last_error": t.LastError, "url_hash": t.URLHash}, nil
 }
 
 const tokenUpsert = `INSERT INTO oauth_tokens (server_id, user_id, access_token, refresh_token, token_type, scope,
-		expiry, status, last_error)
-	VALUES (@server_id, @user_id, @access, @refresh, @token_type, @scope, @expiry, @status, @last_error)
+		expiry, status, last_error, url_hash)
+	VALUES (@server_id, @user_id, @access, @refresh, @token_type, @scope, @expiry, @status, @last_error, @url_hash)
 	ON CONFLICT (server_id, user_key) DO UPDATE SET access_token = @access, refresh_token = @refresh,
 		token_type = @token_type, scope = @scope, expiry = @expiry, status = @status, last_error = @last_error,
-		updated_at = now()`
+		url_hash = @url_hash, updated_at = now()`
 
 // PutOAuthToken stores a token (a new one replaces the old).
 func (s *Store) PutOAuthToken(ctx context.Context, t OAuthToken) error {
@@ -420,6 +425,9 @@ func (s *Store) UpdateOAuthToken(ctx context.Context, serverID, userID int64,
 		return cur, changeErr
 	}
 	next.ServerID, next.UserID = serverID, userID
+	if next.URLHash == nil {
+		next.URLHash = cur.URLHash
+	}
 	args, err := s.tokenArgs(*next)
 	if err != nil {
 		return OAuthToken{}, err
