@@ -11,6 +11,18 @@
 // Tokens are per user or, for a server whose OAuth mode is shared, one per
 // server; the mode decides which token a call carries. No token, secret,
 // state or verifier ever appears in an error, a log line or a status.
+//
+// # Wiring
+//
+//   - POST /api/v1/servers/{name}/oauth/start: Start; answer the URL and set
+//     Authorization.Cookie on the response (it binds the flow to the browser).
+//   - GET /oauth/callback (public, on the gateway's listener): Callback with
+//     ParamsFromRequest(r, userIDIfKnown); ErrBadState is 400.
+//   - DELETE /api/v1/servers/{name}/oauth: Forget.
+//   - The server object's oauth field: Status, or Statuses for a listing.
+//   - Upstream sessions: StreamableClientTransport.OAuthHandler = Handler;
+//     for SSE, the HTTP client's transport wrapped by Transport. In per-user
+//     mode (Mode) each user needs a session of their own.
 package oauth
 
 import (
