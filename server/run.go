@@ -293,7 +293,8 @@ func Run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 }
 
 // loadSessionKey reads the Ed25519 key that signs session JWTs, making it
-// on first start.
+// on first start. Replicas sharing a data dir may start together: the file
+// is created exclusively, and the loser of the race reads the winner's key.
 func loadSessionKey(path string) (ed25519.PrivateKey, error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -305,7 +306,26 @@ func loadSessionKey(path string) (ed25519.PrivateKey, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		// Written whole under a temporary name, then linked into place:
+		// link fails if the name exists, and no reader sees half a file.
+		tmp, err := os.CreateTemp(filepath.Dir(path), ".session.key-")
+		if err != nil {
+			return nil, fmt.Errorf("writing the session key: %w", err)
+		}
+		defer os.Remove(tmp.Name())
+		_, err = tmp.Write(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
+		if err == nil {
+			err = tmp.Sync()
+		}
+		if cerr := tmp.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, fmt.Errorf("writing the session key: %w", err)
+		}
+		if err := os.Link(tmp.Name(), path); errors.Is(err, os.ErrExist) {
+			return loadSessionKey(path)
+		} else if err != nil {
 			return nil, fmt.Errorf("writing the session key: %w", err)
 		}
 		return key, nil

@@ -27,14 +27,15 @@ var commands map[string]command
 
 func init() {
 	commands = map[string]command{
-		"serve":   {"run the gateway", serve},
-		"migrate": {"apply database migrations and exit", migrate},
-		"version": {"print the version", func(context.Context, []string) error { fmt.Println(server.Version); return nil }},
-		"user":    {"break-glass: `user create --email E [--role admin|member] [--name N]`", userCmd},
-		"token":   {"break-glass: `token create --email E [--kind personal|agent] [--name N] [--expires-in 30d]`", tokenCmd},
-		"doctor":  {"check the deployment; `--json` for scripts; exits 1 when anything is wrong", doctorCmd},
-		"secrets": {"secret key rotation: `secrets status | add-key | rotate | retire KEY_ID`", secretsCmd},
-		"help":    {"show this help", func(context.Context, []string) error { usage(); return nil }},
+		"serve":       {"run the gateway", serve},
+		"migrate":     {"apply database migrations and exit", migrate},
+		"version":     {"print the version", func(context.Context, []string) error { fmt.Println(server.Version); return nil }},
+		"user":        {"break-glass: `user create --email E [--role admin|member] [--name N]`", userCmd},
+		"token":       {"break-glass: `token create --email E [--kind personal|agent] [--name N] [--expires-in 30d]`", tokenCmd},
+		"doctor":      {"check the deployment; `--json` for scripts; exits 1 when anything is wrong", doctorCmd},
+		"secrets":     {"secret key rotation: `secrets status | add-key | rotate | retire KEY_ID`", secretsCmd},
+		"healthcheck": {"exit 0 when this host's gateway answers /healthz (`--ready`: /readyz)", healthcheckCmd},
+		"help":        {"show this help", func(context.Context, []string) error { usage(); return nil }},
 	}
 }
 

@@ -13,14 +13,6 @@ import (
 	"time"
 )
 
-// The command table in commands.go is the place for this entry; until it is
-// there, register it here. Files initialise in name order, so the table exists.
-func init() {
-	if _, ok := commands["healthcheck"]; !ok {
-		commands["healthcheck"] = command{"exit 0 when this host's gateway answers /healthz (`--ready`: /readyz)", healthcheckCmd}
-	}
-}
-
 // healthcheckCmd asks the gateway this container runs for /healthz (or
 // /readyz with --ready) on loopback and fails unless it answers 200. It is
 // the image's HEALTHCHECK, so the image needs no curl.
