@@ -335,7 +335,7 @@ type OAuthTokenState struct {
 func (s *Store) ListOAuthTokenStates(ctx context.Context, userID int64) ([]OAuthTokenState, error) {
 	rows, _ := s.pool.Query(ctx, `SELECT t.server_id, coalesce(t.user_id, 0), t.status, t.expiry, t.refresh_token <> '', t.last_error, t.url_hash
 		FROM server_oauth c JOIN oauth_tokens t ON t.server_id = c.server_id
-		WHERE t.user_key = CASE WHEN c.mode = 'shared' THEN 0 ELSE $1 END`, userID)
+		WHERE t.user_key = CASE WHEN c.mode = 'shared' THEN 0 ELSE $1::bigint END`, userID)
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (OAuthTokenState, error) {
 		var (
 			st     OAuthTokenState
