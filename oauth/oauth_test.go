@@ -332,6 +332,11 @@ func TestPerUserFlow(t *testing.T) {
 	if st, _ := e.m.Status(e.ctx, e.srv, alice); st.Status != StatusNone {
 		t.Fatalf("alice's status after Forget: %+v", st)
 	}
+	var logged int
+	if err := testDB.Pool.QueryRow(e.ctx, `SELECT count(*) FROM activity WHERE action = 'server.oauth.forget'
+		AND target = $1 AND user_id = $2`, "server/"+e.srv.Name, alice).Scan(&logged); err != nil || logged != 1 {
+		t.Fatalf("Forget logged %d activity rows (%v), want 1", logged, err)
+	}
 	if _, err := e.m.Token(e.ctx, e.srv.ID, alice, e.srv.URL); !errors.Is(err, ErrNoToken) {
 		t.Fatalf("Token after Forget: %v, want ErrNoToken", err)
 	}

@@ -186,9 +186,19 @@ func (s *Store) PutServerOAuth(ctx context.Context, a Actor, c ServerOAuth) erro
 				return err
 			}
 		}
-		return record(ctx, tx, a, "server.oauth.configure", "server/"+strconv.FormatInt(c.ServerID, 10),
+		return record(ctx, tx, a, "server.oauth.configure", oauthTarget(ctx, tx, c.ServerID),
 			map[string]any{"mode": c.Mode, "client_secret_set": c.ClientSecret != ""})
 	})
+}
+
+// oauthTarget names a server in the activity log as server changes do,
+// "server/<name>", falling back to the id.
+func oauthTarget(ctx context.Context, tx pgx.Tx, serverID int64) string {
+	var name string
+	if err := tx.QueryRow(ctx, `SELECT name FROM servers WHERE id = $1`, serverID).Scan(&name); err != nil {
+		return "server/" + strconv.FormatInt(serverID, 10)
+	}
+	return "server/" + name
 }
 
 // SaveOAuthDiscovery records what the oauth package learnt about a server
@@ -226,7 +236,7 @@ func (s *Store) DeleteServerOAuth(ctx context.Context, a Actor, serverID int64) 
 				return err
 			}
 		}
-		return record(ctx, tx, a, "server.oauth.delete", "server/"+strconv.FormatInt(serverID, 10), nil)
+		return record(ctx, tx, a, "server.oauth.delete", oauthTarget(ctx, tx, serverID), nil)
 	})
 }
 
@@ -398,7 +408,7 @@ func (s *Store) DeleteOAuthToken(ctx context.Context, a Actor, serverID, userID 
 		if err != nil || tag.RowsAffected() == 0 {
 			return err
 		}
-		return record(ctx, tx, a, "server.oauth.forget", "server/"+strconv.FormatInt(serverID, 10),
+		return record(ctx, tx, a, "server.oauth.forget", oauthTarget(ctx, tx, serverID),
 			map[string]any{"shared": userID == 0})
 	})
 }
