@@ -27,6 +27,7 @@ type discovery struct {
 	AuthURL          string   `json:"authorization_endpoint"`
 	TokenURL         string   `json:"token_endpoint"`
 	RegistrationURL  string   `json:"registration_endpoint,omitempty"`
+	RevocationURL    string   `json:"revocation_endpoint,omitempty"`
 	IssSupported     bool     `json:"iss_supported,omitempty"`
 	AuthMethods      []string `json:"token_endpoint_auth_methods,omitempty"`
 	ServerScopes     []string `json:"server_scopes,omitempty"` // asked for by the 401 or the resource metadata
@@ -134,7 +135,8 @@ func (m *Manager) discover(ctx context.Context, serverURL string) (*discovery, e
 	return &discovery{
 		ServerURL: serverURL, Resource: prm.Resource, Issuer: asm.Issuer,
 		AuthURL: asm.AuthorizationEndpoint, TokenURL: asm.TokenEndpoint, RegistrationURL: asm.RegistrationEndpoint,
-		IssSupported: asm.AuthorizationResponseIssParameterSupported, AuthMethods: asm.TokenEndpointAuthMethodsSupported,
+		RevocationURL: asm.RevocationEndpoint,
+		IssSupported:  asm.AuthorizationResponseIssParameterSupported, AuthMethods: asm.TokenEndpointAuthMethodsSupported,
 		ServerScopes: scopes, OfflineSupported: slices.Contains(asm.ScopesSupported, "offline_access"),
 	}, nil
 }

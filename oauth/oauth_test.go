@@ -325,9 +325,19 @@ func TestPerUserFlow(t *testing.T) {
 		}
 	}
 
-	// Forget removes only Alice's token.
+	// Forget removes only Alice's token, here and at the AS.
+	forgotten := e.storedToken(alice)
 	if err := e.m.Forget(e.ctx, store.Actor{UserID: alice}, e.srv.ID, alice); err != nil {
 		t.Fatal(err)
+	}
+	if _, ok := e.as.lookup(forgotten.AccessToken); ok {
+		t.Fatalf("the forgotten access token is still valid at the AS; logs: %s", allLogs.String())
+	}
+	e.as.mu.Lock()
+	_, refreshLives := e.as.refresh[forgotten.RefreshToken]
+	e.as.mu.Unlock()
+	if refreshLives {
+		t.Fatal("the forgotten refresh token was not revoked")
 	}
 	if st, _ := e.m.Status(e.ctx, e.srv, alice); st.Status != StatusNone {
 		t.Fatalf("alice's status after Forget: %+v", st)

@@ -38,6 +38,7 @@ type testAS struct {
 	// plaintext-at-rest check.
 	secrets       []string
 	registrations int
+	revocations   int
 	exchanges     int
 	refreshes     int
 	refreshTried  int
@@ -70,6 +71,7 @@ func newTestAS(t testing.TB) *testAS {
 	mux.HandleFunc("POST /register", as.register)
 	mux.HandleFunc("GET /authorize", as.authorize)
 	mux.HandleFunc("POST /token", as.token)
+	mux.HandleFunc("POST /revoke", as.revoke)
 	as.srv = httptest.NewServer(mux)
 	t.Cleanup(as.srv.Close)
 	return as
@@ -153,6 +155,7 @@ func (as *testAS) metadata(w http.ResponseWriter, r *http.Request) {
 		"issuer":                                         as.srv.URL,
 		"authorization_endpoint":                         u + "/authorize",
 		"token_endpoint":                                 u + "/token",
+		"revocation_endpoint":                            u + "/revoke",
 		"registration_endpoint":                          u + "/register",
 		"response_types_supported":                       []string{"code"},
 		"grant_types_supported":                          []string{"authorization_code", "refresh_token"},
@@ -295,6 +298,39 @@ func (as *testAS) token(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{
 		"access_token": at, "token_type": "Bearer", "expires_in": 3600, "refresh_token": rt, "scope": "mcp:tools",
 	})
+}
+
+// revoke implements RFC 7009 for a confidential client: a refresh token
+// takes its access tokens with it.
+func (as *testAS) revoke(w http.ResponseWriter, r *http.Request) {
+	id, secret, _ := r.BasicAuth()
+	id, _ = url.QueryUnescape(id)
+	secret, _ = url.QueryUnescape(secret)
+	if err := r.ParseForm(); err != nil {
+		oauthError(w, http.StatusBadRequest, "invalid_request")
+		return
+	}
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	if c := as.clients[id]; c == nil || c.secret != secret {
+		oauthError(w, http.StatusUnauthorized, "invalid_client")
+		return
+	}
+	tok := r.PostForm.Get("token")
+	if g := as.refresh[tok]; g != nil && g.client == id {
+		delete(as.refresh, tok)
+		for k, a := range as.access {
+			if a.refresh == tok {
+				delete(as.access, k)
+			}
+		}
+		as.revocations++
+	}
+	if g := as.access[tok]; g != nil && g.client == id {
+		delete(as.access, tok)
+		as.revocations++
+	}
+	w.WriteHeader(http.StatusOK)
 }
 
 // testRS is a Streamable HTTP MCP server that requires the AS's tokens. It

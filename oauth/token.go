@@ -67,6 +67,28 @@ func (r *tokenResponse) storeToken(now time.Time) store.OAuthToken {
 	return t
 }
 
+// post builds a form POST to an authorization server endpoint,
+// authenticated as the client.
+func (cl client) post(ctx context.Context, endpoint string, form url.Values) (*http.Request, error) {
+	basic := cl.AuthMethod == "client_secret_basic" && cl.Secret != ""
+	if !basic {
+		form.Set("client_id", cl.ID)
+		if cl.AuthMethod == "client_secret_post" && cl.Secret != "" {
+			form.Set("client_secret", cl.Secret)
+		}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, strings.NewReader(form.Encode()))
+	if err != nil {
+		return nil, errors.New("building a request to the authorization server")
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if basic {
+		// RFC 6749 §2.3.1: both parts are form-encoded before base64.
+		req.SetBasicAuth(url.QueryEscape(cl.ID), url.QueryEscape(cl.Secret))
+	}
+	return req, nil
+}
+
 // tokenRequest posts a grant to the token endpoint, authenticating as cl.
 // Its errors never quote the response: a success body holds tokens.
 func (m *Manager) tokenRequest(ctx context.Context, d *discovery, cl client, params map[string]string) (*tokenResponse, error) {
@@ -78,23 +100,11 @@ func (m *Manager) tokenRequest(ctx context.Context, d *discovery, cl client, par
 			form.Set(k, v)
 		}
 	}
-	basic := cl.AuthMethod == "client_secret_basic" && cl.Secret != ""
-	if !basic {
-		form.Set("client_id", cl.ID)
-		if cl.AuthMethod == "client_secret_post" && cl.Secret != "" {
-			form.Set("client_secret", cl.Secret)
-		}
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.TokenURL, strings.NewReader(form.Encode()))
+	req, err := cl.post(ctx, d.TokenURL, form)
 	if err != nil {
-		return nil, fmt.Errorf("token request: %w", err)
+		return nil, err
 	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Accept", "application/json")
-	if basic {
-		// RFC 6749 §2.3.1: both parts are form-encoded before base64.
-		req.SetBasicAuth(url.QueryEscape(cl.ID), url.QueryEscape(cl.Secret))
-	}
 	resp, err := m.hc.Do(req)
 	if err != nil {
 		var ue *url.Error
@@ -343,7 +353,9 @@ func (m *Manager) Statuses(ctx context.Context, userID int64, servers []store.Se
 
 // Forget deletes the token userID's calls to the server use: their own, or
 // the shared one in shared mode (the REST layer lets only the owner or an
-// admin do that). No token is not an error.
+// admin do that), and asks the authorization server to revoke it (RFC 7009)
+// when it offers that; a failed revocation is logged, not returned, since
+// the token is gone from the gateway either way. No token is not an error.
 func (m *Manager) Forget(ctx context.Context, a store.Actor, serverID, userID int64) error {
 	cfg, err := m.st.GetServerOAuth(ctx, serverID)
 	if errors.Is(err, store.ErrNotFound) {
@@ -356,8 +368,47 @@ func (m *Manager) Forget(ctx context.Context, a store.Actor, serverID, userID in
 	if cfg.Mode == store.OAuthShared {
 		owner = 0
 	}
+	old, oldErr := m.st.GetOAuthToken(ctx, serverID, owner)
 	if err := m.st.DeleteOAuthToken(ctx, a, serverID, owner); err != nil {
 		return fmt.Errorf("forgetting OAuth token: %w", err)
+	}
+	if oldErr != nil {
+		return nil
+	}
+	d, cl, err := stored(cfg)
+	if err != nil || d.RevocationURL == "" {
+		return nil
+	}
+	for _, tok := range []struct{ value, hint string }{{old.RefreshToken, "refresh_token"}, {old.AccessToken, "access_token"}} {
+		if tok.value == "" {
+			continue
+		}
+		if err := m.revoke(ctx, d, cl, tok.value, tok.hint); err != nil {
+			m.log.WarnContext(ctx, "oauth revocation failed", "server_id", serverID, "err", err)
+		}
+	}
+	return nil
+}
+
+// revoke asks the authorization server to revoke a token (RFC 7009).
+func (m *Manager) revoke(ctx context.Context, d *discovery, cl client, token, hint string) error {
+	ctx, cancel := context.WithTimeout(ctx, m.timeout)
+	defer cancel()
+	req, err := cl.post(ctx, d.RevocationURL, url.Values{"token": {token}, "token_type_hint": {hint}})
+	if err != nil {
+		return err
+	}
+	resp, err := m.hc.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("revocation request to %s: %w", d.RevocationURL, err)
+	}
+	drain(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("revocation endpoint answered %d", resp.StatusCode)
 	}
 	return nil
 }
