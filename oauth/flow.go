@@ -69,26 +69,30 @@ func (m *Manager) start(ctx context.Context, srv store.Server, userID int64) (st
 		m.log.WarnContext(ctx, "deleting expired oauth flows", "err", err)
 	}
 
-	d, err := m.discover(ctx, srv.URL)
-	if err != nil {
-		return fail(err)
-	}
-	cl, reg, err := m.resolveClient(ctx, cfg, d)
-	if err != nil {
-		return fail(err)
-	}
-	regJSON := cfg.Registration
-	if reg != nil {
-		if regJSON, err = json.Marshal(reg); err != nil {
-			return fail(err)
+	var (
+		d  *discovery
+		cl client
+	)
+	err = m.st.UpdateOAuthDiscovery(ctx, srv.ID, func(cur store.ServerOAuth) ([]byte, []byte, error) {
+		var err error
+		if d, err = m.discover(ctx, srv.URL); err != nil {
+			return nil, nil, err
 		}
-	}
-	discJSON, err := json.Marshal(d)
+		var reg *registration
+		if cl, reg, err = m.resolveClient(ctx, cur, d); err != nil {
+			return nil, nil, err
+		}
+		regJSON := cur.Registration
+		if reg != nil {
+			if regJSON, err = json.Marshal(reg); err != nil {
+				return nil, nil, err
+			}
+		}
+		discJSON, err := json.Marshal(d)
+		return regJSON, discJSON, err
+	})
 	if err != nil {
 		return fail(err)
-	}
-	if err := m.st.SaveOAuthDiscovery(ctx, srv.ID, regJSON, discJSON); err != nil {
-		return fail(fmt.Errorf("saving OAuth discovery: %w", err))
 	}
 
 	state, binding := randomState(), randomState()

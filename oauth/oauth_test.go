@@ -935,3 +935,33 @@ func TestURLChangeDropsToken(t *testing.T) {
 		t.Fatal("a token was sent to the server's new URL")
 	}
 }
+
+// TestConcurrentStartsRegisterOnce: flows started at once on a server with
+// no client register one client, so every one of them can finish.
+func TestConcurrentStartsRegisterOnce(t *testing.T) {
+	e := newEnv(t)
+	users := []int64{e.user("u1"), e.user("u2"), e.user("u3"), e.user("u4")}
+	flows := make([]Authorization, len(users))
+	errs := make([]error, len(users))
+	var wg sync.WaitGroup
+	for i, u := range users {
+		wg.Go(func() { flows[i], errs[i] = e.m.Start(e.ctx, e.srv, u) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("Start %d: %v", i, err)
+		}
+	}
+	if regs, _, _ := e.as.counts(); regs != 1 {
+		t.Fatalf("%d registrations, want 1", regs)
+	}
+	for i, u := range users {
+		if code, body := e.browse(flows[i], true, 0, e.users[u]); code != http.StatusOK {
+			t.Fatalf("flow %d: %d %s", i, code, body)
+		}
+		if got := e.mustWhoami(u); got != e.users[u] {
+			t.Fatalf("user %d ran as %q", u, got)
+		}
+	}
+}

@@ -201,26 +201,38 @@ func oauthTarget(ctx context.Context, tx pgx.Tx, serverID int64) string {
 	return "server/" + name
 }
 
-// SaveOAuthDiscovery records what the oauth package learnt about a server
-// (registration and discovery JSON) without touching its configuration.
-func (s *Store) SaveOAuthDiscovery(ctx context.Context, serverID int64, registration, discovery []byte) error {
-	reg, err := s.sealOpt(registration, oauthAAD(serverID, "registration"))
-	if err != nil {
+// UpdateOAuthDiscovery runs learn on a server's OAuth configuration under
+// a row lock and stores the registration and discovery JSON it returns, so
+// that two flows started at once do not register two clients (the second
+// would orphan the first's code). learn may do network I/O.
+func (s *Store) UpdateOAuthDiscovery(ctx context.Context, serverID int64,
+	learn func(cur ServerOAuth) (registration, discovery []byte, err error)) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var locked int64
+		if err := tx.QueryRow(ctx, `SELECT server_id FROM server_oauth WHERE server_id = $1 FOR UPDATE`,
+			serverID).Scan(&locked); err != nil {
+			return notFound(err)
+		}
+		cur, err := s.GetServerOAuth(ctx, serverID) // the row is ours: no one changes it meanwhile
+		if err != nil {
+			return err
+		}
+		registration, discovery, err := learn(cur)
+		if err != nil {
+			return err
+		}
+		reg, err := s.sealOpt(registration, oauthAAD(serverID, "registration"))
+		if err != nil {
+			return err
+		}
+		disc, err := s.sealOpt(discovery, oauthAAD(serverID, "discovery"))
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `UPDATE server_oauth SET registration = $2, discovery = $3, updated_at = now()
+			WHERE server_id = $1`, serverID, reg, disc)
 		return err
-	}
-	disc, err := s.sealOpt(discovery, oauthAAD(serverID, "discovery"))
-	if err != nil {
-		return err
-	}
-	tag, err := s.pool.Exec(ctx, `UPDATE server_oauth SET registration = $2, discovery = $3, updated_at = now()
-		WHERE server_id = $1`, serverID, reg, disc)
-	if err != nil {
-		return err
-	}
-	if tag.RowsAffected() == 0 {
-		return ErrNotFound
-	}
-	return nil
+	})
 }
 
 // DeleteServerOAuth removes a server's OAuth configuration, its flows and
