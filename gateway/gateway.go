@@ -149,14 +149,13 @@ type Gateway struct {
 	// route sends does not restart the same instance twice.
 	restarted map[string]time.Time
 
-	inflight   atomic.Int64 // upstream calls in progress
-	syncs      atomic.Int64 // completed re-reads, for tests
-	auth       authCache
-	kick       chan struct{}
-	cancel     context.CancelFunc
-	done       sync.WaitGroup
-	closeOnce  sync.Once
-	listenFail chan error // test hook: connection errors of the listener
+	inflight  atomic.Int64 // upstream calls in progress
+	syncs     atomic.Int64 // completed re-reads, for tests
+	auth      authCache
+	kick      chan struct{}
+	cancel    context.CancelFunc
+	done      sync.WaitGroup
+	closeOnce sync.Once
 }
 
 // serverInfo is what the call path needs of a server row.
@@ -255,15 +254,7 @@ func New(ctx context.Context, opts *Options) (*Gateway, error) {
 				}
 				g.trigger()
 			},
-			ErrorFunc: func(err error) {
-				log.Warn("listening for changes", "err", err)
-				if g.listenFail != nil {
-					select {
-					case g.listenFail <- err:
-					default:
-					}
-				}
-			},
+			ErrorFunc: func(err error) { log.Warn("listening for changes", "err", err) },
 		})
 	})
 	g.done.Go(func() { g.syncLoop(runCtx) })

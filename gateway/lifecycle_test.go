@@ -226,10 +226,13 @@ func TestReplicas(t *testing.T) {
 	})
 
 	t.Run("listener reconnects and re-syncs", func(t *testing.T) {
-		b.listenFail = make(chan error, 1)
-		if _, err := e.db.Pool.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-			WHERE datname = current_database() AND query LIKE 'LISTEN%' AND pid <> pg_backend_pid()`); err != nil {
+		var killed int
+		if err := e.db.Pool.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+			WHERE datname = current_database() AND query LIKE 'LISTEN%' AND pid <> pg_backend_pid()`).Scan(&killed); err != nil {
 			t.Fatal(err)
+		}
+		if killed != 2 {
+			t.Fatalf("terminated %d listening connections, want both replicas'", killed)
 		}
 		// Deleted while B's listeners may be down: the re-sync after the
 		// reconnection must still find out.
