@@ -320,6 +320,12 @@ func TestPersonalServers(t *testing.T) {
 		if sid == "" {
 			t.Fatal("the gateway issued no Mcp-Session-Id")
 		}
+		aliceRec.mu.Lock()
+		sent := aliceRec.sent
+		aliceRec.mu.Unlock()
+		if sent == 0 {
+			t.Error("the SDK client never sent the session id back: binding would be moot")
+		}
 		post := func(token, sid string) int {
 			body := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`
 			req, _ := http.NewRequest(http.MethodPost, ts.URL+"/mcp", strings.NewReader(body))

@@ -225,11 +225,17 @@ type sessionRecorder struct {
 	token string
 	mu    sync.Mutex
 	sid   string
+	sent  int // requests that carried a session id
 }
 
 func (s *sessionRecorder) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+s.token)
+	if r.Header.Get("Mcp-Session-Id") != "" {
+		s.mu.Lock()
+		s.sent++
+		s.mu.Unlock()
+	}
 	resp, err := http.DefaultTransport.RoundTrip(r)
 	if err == nil {
 		if sid := resp.Header.Get("Mcp-Session-Id"); sid != "" {
