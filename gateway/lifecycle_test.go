@@ -195,7 +195,7 @@ func TestReplicas(t *testing.T) {
 	// Added on replica A's side: through the store, as A's REST API does.
 	e.addEcho(e.admin, "late", true, nil)
 	added := time.Now()
-	eventually(t, time.Second, func() bool { _, err := b.known("late"); return err == nil }, "replica B learns of the new server")
+	eventually(t, time.Second, func() bool { return b.lookup("late") != nil }, "replica B learns of the new server")
 	t.Logf("replica B knew the server %v after it was stored", time.Since(added))
 	eventually(t, 10*time.Second, func() bool { return b.Status("late").ToolCount == 4 }, "replica B runs it")
 	// Approval on A reaches B's pins.
@@ -239,7 +239,7 @@ func TestReplicas(t *testing.T) {
 		if err := e.st.DeleteServer(context.Background(), store.Actor{}, store.Scope{All: true}, "late"); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 10*time.Second, func() bool { _, err := b.known("late"); return err != nil }, "B drops the deleted server")
+		eventually(t, 10*time.Second, func() bool { return b.lookup("late") == nil }, "B drops the deleted server")
 		if st := b.Status("late").State; st != "stopped" {
 			t.Errorf("deleted server state on B: %s", st)
 		}

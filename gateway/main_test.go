@@ -200,7 +200,7 @@ func (e *env) approve(g *Gateway, name string) {
 // waitKnown waits until g has read server name from the database.
 func waitKnown(t testing.TB, g *Gateway, name string) {
 	t.Helper()
-	eventually(t, 10*time.Second, func() bool { _, err := g.known(name); return err == nil }, "gateway knows "+name)
+	eventually(t, 10*time.Second, func() bool { return g.lookup(name) != nil }, "gateway knows "+name)
 }
 
 // eventually waits for cond, checking it on a ticker, until the deadline.

@@ -71,7 +71,7 @@ type ToolState struct {
 // states. A personal server that never ran on this replica is started (and
 // waited for, within ctx) so that its owner can review it before approving.
 func (g *Gateway) Tools(ctx context.Context, name string) ([]ToolState, error) {
-	info, err := g.known(name)
+	info, err := g.known(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -89,14 +89,28 @@ func (g *Gateway) Tools(ctx context.Context, name string) ([]ToolState, error) {
 	return out, nil
 }
 
-func (g *Gateway) known(name string) (*serverInfo, error) {
+// lookup returns what this replica holds of server name now, or nil.
+func (g *Gateway) lookup(name string) *serverInfo {
 	g.mu.RLock()
-	info := g.servers[name]
-	g.mu.RUnlock()
-	if info == nil {
-		return nil, fmt.Errorf("server %q: %w", name, ErrNotFound)
+	defer g.mu.RUnlock()
+	return g.servers[name]
+}
+
+// known returns what this replica holds of server name. A server just
+// created through another path may not have reached this replica's listener
+// yet: an unknown name re-reads the servers once before it is not found.
+func (g *Gateway) known(ctx context.Context, name string) (*serverInfo, error) {
+	for attempt := 0; ; attempt++ {
+		if info := g.lookup(name); info != nil {
+			return info, nil
+		}
+		if attempt > 0 {
+			return nil, fmt.Errorf("server %q: %w", name, ErrNotFound)
+		}
+		if err := g.sync(ctx); err != nil {
+			return nil, err
+		}
 	}
-	return info, nil
 }
 
 // currentTools returns the server's listing, starting a never-listed
@@ -154,7 +168,7 @@ func (g *Gateway) SearchAs(c Caller, query string, limit int) []catalog.Result {
 // restart route calls this instead of store.RecordServerAction, whose
 // notification only makes replicas re-read their servers.
 func (g *Gateway) Restart(ctx context.Context, a store.Actor, name string) error {
-	info, err := g.known(name)
+	info, err := g.known(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -181,7 +195,7 @@ func (g *Gateway) Restart(ctx context.Context, a store.Actor, name string) error
 // The caller checks that the actor may approve (MayManage). A server that
 // is enabled but not running is started first, to list its tools.
 func (g *Gateway) Approve(ctx context.Context, a store.Actor, name string) (store.Server, error) {
-	info, err := g.known(name)
+	info, err := g.known(ctx, name)
 	if err != nil {
 		return store.Server{}, err
 	}

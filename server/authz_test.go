@@ -50,6 +50,8 @@ func all(status int) expect { return expect{status, status, status} }
 
 // matrix is the expected status of every route, written out by hand.
 var matrix = map[string]cell{
+	"* /mcp":                                 {own: all(200)},
+	"* /mcp/all":                             {own: all(200)},
 	"GET /metrics":                           {own: {403, 403, 200}},
 	"GET /api/v1/status":                     {own: all(200)},
 	"GET /api/v1/me":                         {own: all(200)},
@@ -145,6 +147,9 @@ func (f *matrixFixture) path(t *testing.T, route string, p, obj int) (string, an
 	}
 	var body any
 	switch route {
+	case "* /mcp", "* /mcp/all":
+		path = strings.TrimPrefix(tmpl, "* ")
+		body = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"matrix","version":"1"}}}`
 	case "POST /api/v1/users":
 		body = map[string]any{"email": unique("new") + "@example.test"}
 	case "PATCH /api/v1/users/{id}":
@@ -215,6 +220,9 @@ func TestB1AuthorizationMatrix(t *testing.T) {
 	sort.Strings(routes)
 	for _, route := range routes {
 		method, _, _ := strings.Cut(route, " ")
+		if method == "*" {
+			method = "POST"
+		}
 		for obj := own; obj <= missing; obj++ {
 			want, ok := matrix[route][obj]
 			if !ok {

@@ -21,6 +21,8 @@ import (
 	"github.com/mcpgate/mcpgate/config"
 	"github.com/mcpgate/mcpgate/docker"
 	"github.com/mcpgate/mcpgate/doctor"
+	"github.com/mcpgate/mcpgate/gateway"
+	"github.com/mcpgate/mcpgate/internal/testbin"
 	"github.com/mcpgate/mcpgate/isolation"
 	"github.com/mcpgate/mcpgate/openapi"
 	"github.com/mcpgate/mcpgate/store"
@@ -122,6 +124,12 @@ func newHarness(t *testing.T, host isolation.Host) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	gw, err := gateway.New(context.Background(), &gateway.Options{Store: st, Logger: log, AuthenticateFunc: s.AuthenticateMCP, Admin: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetGateway(gw)
+	t.Cleanup(func() { gw.Close(context.Background()) })
 	hs := httptest.NewServer(s.Handler())
 	t.Cleanup(hs.Close)
 	return &harness{t: t, srv: s, http: hs, store: st, api: s.api, host: host}
@@ -174,6 +182,8 @@ func (h *harness) do(method, path, token string, body any, ctype ...string) resp
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	// What an MCP client sends; REST ignores it.
+	req.Header.Set("Accept", "application/json, text/event-stream")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		h.t.Fatal(err)
@@ -232,13 +242,14 @@ func (h *harness) token(userID int64, kind string, scopes []string, ttl time.Dur
 	return key.Plain
 }
 
-// server makes a personal HTTP server for a user straight in the store.
+// server makes a stdio mcpecho server for a user straight in the store,
+// one the gateway can really start.
 func (h *harness) server(ownerID int64, shared bool) string {
 	h.t.Helper()
 	name := unique("srv")
 	_, err := h.store.CreateServer(context.Background(), store.Actor{}, store.Server{
-		Name: name, Protocol: "streamable-http", URL: "https://mcp.example.test/mcp", Enabled: true, Quarantined: true,
-		Shared: shared, OwnerID: ownerID, Env: map[string]string{}, Headers: map[string]string{"Authorization": "Bearer upstream-secret-value-1"},
+		Name: name, Protocol: "stdio", Command: testbin.Build(h.t, "internal/cmd/mcpecho"), Enabled: true, Quarantined: true,
+		Shared: shared, OwnerID: ownerID, Env: map[string]string{"API_TOKEN": "upstream-secret-value-1"}, Headers: map[string]string{},
 	})
 	if err != nil {
 		h.t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/pem"
@@ -13,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,6 +25,7 @@ import (
 	"github.com/mcpgate/mcpgate/config"
 	"github.com/mcpgate/mcpgate/docker"
 	"github.com/mcpgate/mcpgate/doctor"
+	"github.com/mcpgate/mcpgate/gateway"
 	"github.com/mcpgate/mcpgate/isolation"
 	"github.com/mcpgate/mcpgate/metrics"
 	"github.com/mcpgate/mcpgate/migrations"
@@ -30,6 +33,7 @@ import (
 	"github.com/mcpgate/mcpgate/sandbox"
 	"github.com/mcpgate/mcpgate/settings"
 	"github.com/mcpgate/mcpgate/store"
+	"github.com/mcpgate/mcpgate/upstream"
 )
 
 // Version is set at build time.
@@ -187,10 +191,14 @@ func Run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 	}
 	log := NewLogger(stderr, cfg.LogLevel)
 	if cfg.ReplicaID == "" {
-		b := make([]byte, 4)
-		rand.Read(b)
+		// Stable across restarts (a replica sweeps its own leftover
+		// containers by this id), distinct per data dir on one host.
 		host, _ := os.Hostname()
-		cfg.ReplicaID = fmt.Sprintf("%s-%s", host, hex.EncodeToString(b))
+		sum := sha256.Sum256([]byte(cfg.DataDir))
+		cfg.ReplicaID = fmt.Sprintf("%s-%s", host, hex.EncodeToString(sum[:3]))
+	}
+	if err := prepareDataDir(cfg.DataDir); err != nil {
+		return err
 	}
 	db, err := OpenDatabase(ctx, cfg, log, false)
 	if err != nil {
@@ -241,6 +249,14 @@ func Run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	gw, closeGateway, err := startGateway(ctx, cfg, log, st, srv, host)
+	if err != nil {
+		return err
+	}
+	srv.SetGateway(gw)
+	// Children and containers stop after the listeners have drained.
+	defer closeGateway()
+
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("MCPGATE_LISTEN: %w", err)
@@ -290,6 +306,76 @@ func Run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 		errs = append(errs, hs.Shutdown(shutdownCtx))
 	}
 	return errors.Join(errs...)
+}
+
+// startGateway builds the MCP core with the launcher the host allows.
+func startGateway(ctx context.Context, cfg config.Config, log *slog.Logger, st *store.Store, srv *Server, host isolation.Host) (*gateway.Gateway, func(), error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, nil, fmt.Errorf("locating the mcpgate binary for the sandbox wrapper: %w", err)
+	}
+	launcher := &upstream.IsolatingLauncher{
+		None: &upstream.ProcessLauncher{}, Self: self, DataDir: cfg.DataDir,
+		FailClosed: cfg.SandboxFailClosed, MinABI: isolation.MinABI,
+		DockerSettings: func() (docker.ImagePolicy, bool) {
+			c := settings.Defaults(isolation.DefaultGlobal(host))
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = st.GetSetting(ctx, settings.Key, &c)
+			return docker.ImagePolicy{Registry: c.Docker.Registry, Images: c.Docker.DefaultImages}, c.Docker.AllowPull
+		},
+	}
+	if cfg.SandboxUID > 0 {
+		launcher.SandboxUID, launcher.SandboxGID = uint32(cfg.SandboxUID), uint32(cfg.SandboxUID)
+	}
+	var runner *docker.Runner
+	if host.DockerAvailable {
+		if runner, err = docker.New(cfg.ReplicaID, nil); err != nil {
+			return nil, nil, err
+		}
+		if n, err := runner.SweepOrphans(ctx); err != nil {
+			log.Warn("removing this replica's leftover containers", "err", err.Error())
+		} else if n > 0 {
+			log.Info("removed this replica's leftover containers", "count", n)
+		}
+		launcher.Docker = runner
+	}
+	u, _ := url.Parse(cfg.PublicURL)
+	gw, err := gateway.New(ctx, &gateway.Options{
+		Store: st, Logger: log, ReplicaID: cfg.ReplicaID, Version: Version, Launcher: launcher, Host: host,
+		AuthenticateFunc: srv.AuthenticateMCP,
+		// A revoked token keeps working on /mcp for at most this long.
+		AuthCacheTTL:  time.Second,
+		Admin:         srv,
+		RequestIDFunc: func(ctx context.Context, _ http.Header) string { return requestID(ctx) },
+		// The SDK's DNS-rebinding guard fits a gateway on localhost; one
+		// published under another name sits behind a proxy.
+		DisableLocalhostProtection: u == nil || !isLoopbackHost(u.Hostname()),
+	})
+	if err != nil {
+		if runner != nil {
+			runner.Close()
+		}
+		return nil, nil, fmt.Errorf("starting the gateway core: %w", err)
+	}
+	return gw, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		defer cancel()
+		if err := gw.Close(ctx); err != nil {
+			log.Warn("stopping upstreams", "err", err.Error())
+		}
+		if runner != nil {
+			runner.Close()
+		}
+	}, nil
+}
+
+func isLoopbackHost(h string) bool {
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
 }
 
 // loadSessionKey reads the Ed25519 key that signs session JWTs, making it

@@ -21,6 +21,7 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 
 	"github.com/mcpgate/mcpgate/doctor"
+	"github.com/mcpgate/mcpgate/gateway"
 	"github.com/mcpgate/mcpgate/isolation"
 	"github.com/mcpgate/mcpgate/metrics"
 	"github.com/mcpgate/mcpgate/migrations"
@@ -66,7 +67,13 @@ type Server struct {
 	metrics        *metrics.Registry
 	httpRequests   *metrics.Counter
 	httpDuration   *metrics.Histogram
+	gw             *gateway.Gateway
 }
+
+// SetGateway attaches the MCP core: /mcp and /mcp/all, and the live parts of
+// the REST API (status, tools, logs, restart, approve, search). Without it
+// the REST API answers from the store alone.
+func (s *Server) SetGateway(gw *gateway.Gateway) { s.gw = gw }
 
 // New builds the HTTP surface.
 func New(opts Options) (*Server, error) {
@@ -119,6 +126,10 @@ func (s *Server) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	r.Get("/readyz", s.handle(s.readyz))
+	// The gateway authenticates MCP requests itself (the same token rules,
+	// answered the way MCP clients expect: 401 with WWW-Authenticate).
+	r.Handle("/mcp", s.mcpHandler())
+	r.Handle("/mcp/all", s.mcpHandler())
 	r.With(s.authenticate).Get("/metrics", s.handle(func(w http.ResponseWriter, r *http.Request) error {
 		if err := requireAdmin(principal(r.Context())); err != nil {
 			return err
@@ -169,6 +180,35 @@ func (s *Server) Handler() http.Handler {
 	return r
 }
 
+func (s *Server) mcpHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.gw == nil {
+			s.writeProblem(w, r, newProblem(http.StatusServiceUnavailable, "the MCP endpoint is not running on this replica"))
+			return
+		}
+		s.gw.Handler().ServeHTTP(&bearerChallenge{ResponseWriter: w}, r)
+	})
+}
+
+// bearerChallenge makes every 401 carry a Bearer challenge (RFC 6750), as
+// REST's do, whoever wrote it.
+type bearerChallenge struct{ http.ResponseWriter }
+
+func (b *bearerChallenge) WriteHeader(code int) {
+	if code == http.StatusUnauthorized && b.Header().Get("WWW-Authenticate") == "" {
+		b.Header().Set("WWW-Authenticate", `Bearer realm="mcpgate"`)
+	}
+	b.ResponseWriter.WriteHeader(code)
+}
+
+func (b *bearerChallenge) Flush() {
+	if f, ok := b.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (b *bearerChallenge) Unwrap() http.ResponseWriter { return b.ResponseWriter }
+
 // MetricsHandler serves the Prometheus exposition, unauthenticated: mount
 // it only on a listener meant for it (MCPGATE_METRICS_LISTEN).
 func (s *Server) MetricsHandler() http.Handler {
@@ -178,14 +218,28 @@ func (s *Server) MetricsHandler() http.Handler {
 	})
 }
 
-// Routes lists every API route as "METHOD /path", for the authorization
-// matrix test's inventory.
+// Routes lists every route as "METHOD /path", for the authorization
+// matrix test's inventory; a path served for every method is "* /path".
 func (s *Server) Routes() []string {
-	var out []string
+	methods := map[string][]string{}
+	var paths []string
 	chi.Walk(s.Handler().(chi.Routes), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
-		out = append(out, method+" "+route)
+		if methods[route] == nil {
+			paths = append(paths, route)
+		}
+		methods[route] = append(methods[route], method)
 		return nil
 	})
+	var out []string
+	for _, p := range paths {
+		if len(methods[p]) >= 9 { // chi's full method list: a Handle, not a route per method
+			out = append(out, "* "+p)
+			continue
+		}
+		for _, m := range methods[p] {
+			out = append(out, m+" "+p)
+		}
+	}
 	return out
 }
 

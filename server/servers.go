@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 
 	"github.com/go-chi/chi/v5"
 
@@ -41,7 +42,16 @@ func (s *Server) view(ctx context.Context, srv store.Server) (serverView, error)
 	if err != nil {
 		return serverView{}, err
 	}
-	return viewServer(srv, resolveIsolation(srv, cfg.Isolation.GlobalMode, s.host())), nil
+	return viewServer(srv, resolveIsolation(srv, cfg.Isolation.GlobalMode, s.host()), s.liveStatus(srv.Name)), nil
+}
+
+// liveStatus is what this replica's gateway knows of a server.
+func (s *Server) liveStatus(name string) statusView {
+	if s.gw == nil {
+		return statusView{State: "unknown"}
+	}
+	st := s.gw.Status(name)
+	return statusView{State: st.State, LastError: st.LastError, ToolCount: st.ToolCount, ConnectedSince: st.ConnectedSince}
 }
 
 // visibleServer loads a server the principal may see; anything else is 404.
@@ -121,7 +131,7 @@ func (s *Server) listServers(w http.ResponseWriter, r *http.Request) error {
 	out := make([]serverView, 0, len(list))
 	for _, srv := range list {
 		if p.AllowsServer(srv.Name) {
-			out = append(out, viewServer(srv, resolveIsolation(srv, cfg.Isolation.GlobalMode, host)))
+			out = append(out, viewServer(srv, resolveIsolation(srv, cfg.Isolation.GlobalMode, host), s.liveStatus(srv.Name)))
 		}
 	}
 	return writeJSON(w, http.StatusOK, map[string]any{"servers": out})
@@ -216,8 +226,7 @@ func (s *Server) restartServer(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	// Every replica listens for server changes and reconnects on this one.
-	if err := s.store.RecordServerAction(r.Context(), p.Actor(r.Context()), "server.restart", srv.Name); err != nil {
+	if err := s.restart(r.Context(), p, srv); err != nil {
 		return err
 	}
 	return s.writeServer(w, r, http.StatusAccepted, srv)
@@ -228,6 +237,14 @@ func (s *Server) setQuarantine(w http.ResponseWriter, r *http.Request, quarantin
 	srv, err := s.manageableServer(r)
 	if err != nil {
 		return err
+	}
+	if !quarantined && s.gw != nil {
+		// Approval pins the tools the server offers now, so it needs them.
+		updated, err := s.gw.Approve(r.Context(), p.Actor(r.Context()), srv.Name)
+		if err != nil {
+			return upstreamProblem(err, "approving needs the server's current tools, and they could not be listed")
+		}
+		return s.writeServer(w, r, http.StatusOK, updated)
 	}
 	action := "server.approve"
 	if quarantined {
@@ -252,20 +269,82 @@ func (s *Server) quarantineServer(w http.ResponseWriter, r *http.Request) error 
 }
 
 func (s *Server) listServerTools(w http.ResponseWriter, r *http.Request) error {
-	if _, err := s.visibleServer(r); err != nil {
+	srv, err := s.visibleServer(r)
+	if err != nil {
 		return err
 	}
-	// The live catalog arrives with the gateway core; the store knows no tools yet.
-	return writeJSON(w, http.StatusOK, map[string]any{"tools": []any{}})
+	out := []toolView{}
+	if s.gw != nil && srv.Enabled {
+		tools, err := s.gw.Tools(r.Context(), srv.Name)
+		if err != nil {
+			return upstreamProblem(err, "the server's tools could not be listed")
+		}
+		for _, t := range tools {
+			out = append(out, toolView{Name: srv.Name + ":" + t.Name, Server: srv.Name, Tool: t.Name, Title: t.Title,
+				Description: t.Description, Annotations: t.Annotations, InputSchema: t.InputSchema,
+				OutputSchema: t.OutputSchema, Variant: t.Variant, State: t.State, Pin: t.Pin})
+		}
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"tools": out})
 }
 
 func (s *Server) getServerLogs(w http.ResponseWriter, r *http.Request) error {
-	if _, err := s.manageableServer(r); err != nil {
+	srv, err := s.manageableServer(r)
+	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, map[string]any{"lines": []string{}})
+	tail := 200
+	if v, err := strconv.Atoi(r.URL.Query().Get("tail")); err == nil {
+		tail = v
+	}
+	lines := []string{}
+	if s.gw != nil {
+		lines = s.gw.Logs(srv.Name, tail)
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"lines": lines})
 }
 
 func (s *Server) searchTools(w http.ResponseWriter, r *http.Request) error {
-	return writeJSON(w, http.StatusOK, map[string]any{"tools": []any{}})
+	p := principal(r.Context())
+	limit := 20
+	if v, err := strconv.Atoi(r.URL.Query().Get("limit")); err == nil {
+		limit = v
+	}
+	out := []toolView{}
+	if s.gw != nil {
+		for _, t := range s.gw.SearchAs(p.caller(), r.URL.Query().Get("q"), limit) {
+			out = append(out, toolView{Name: t.Name, Server: t.Server, Tool: t.Tool, Title: t.Title,
+				Description: t.Description, Annotations: t.Annotations, InputSchema: t.InputSchema, Score: t.Score})
+		}
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"tools": out})
+}
+
+// restart asks every replica to reconnect the server.
+func (s *Server) restart(ctx context.Context, p *Principal, srv store.Server) error {
+	if s.gw == nil {
+		return s.store.RecordServerAction(ctx, p.Actor(ctx), "server.restart", srv.Name)
+	}
+	if !srv.Enabled {
+		return newProblem(http.StatusConflict, "the server is disabled; enable it first")
+	}
+	if err := s.gw.Restart(ctx, p.Actor(ctx), srv.Name); err != nil {
+		return upstreamProblem(err, "the server did not come back; see its status and logs")
+	}
+	return nil
+}
+
+// upstreamProblem reports a failure of an upstream server as 502, keeping
+// our own errors (not found, timeouts, database) as they map.
+func upstreamProblem(err error, detail string) error {
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return err
+	}
+	var p *Problem
+	if errors.As(err, &p) {
+		return p
+	}
+	q := newProblem(http.StatusBadGateway, detail)
+	q.cause = err
+	return q
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/mcpgate/mcpgate/isolation"
 	"github.com/mcpgate/mcpgate/store"
 )
@@ -95,12 +97,11 @@ func resolveIsolation(srv store.Server, globalMode string, host isolation.Host) 
 }
 
 // viewServer is the only way a server leaves the process: secrets masked.
-func viewServer(srv store.Server, eff isolation.Effective) serverView {
+func viewServer(srv store.Server, eff isolation.Effective, st statusView) serverView {
 	iso := srv.Isolation
-	st := statusView{State: "unknown"}
 	switch {
 	case !srv.Enabled:
-		st.State = "disabled"
+		st = statusView{State: "disabled"}
 	case srv.Quarantined:
 		st.State = "quarantined"
 	}
@@ -119,4 +120,20 @@ func viewServer(srv store.Server, eff isolation.Effective) serverView {
 		CreatedAt:          srv.CreatedAt,
 		UpdatedAt:          srv.UpdatedAt,
 	}
+}
+
+// toolView is a tool as REST shows it: in a server's list, or a search hit.
+type toolView struct {
+	Name         string               `json:"name"` // server:tool
+	Server       string               `json:"server"`
+	Tool         string               `json:"tool"`
+	Title        string               `json:"title,omitempty"`
+	Description  string               `json:"description"`
+	Annotations  *mcp.ToolAnnotations `json:"annotations,omitempty"`
+	InputSchema  any                  `json:"input_schema,omitempty"`
+	OutputSchema any                  `json:"output_schema,omitempty"`
+	Variant      string               `json:"variant,omitempty"`
+	State        string               `json:"state,omitempty"`
+	Pin          string               `json:"pin,omitempty"`
+	Score        float64              `json:"score,omitempty"`
 }

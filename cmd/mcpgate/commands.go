@@ -16,6 +16,7 @@ import (
 	"github.com/mcpgate/mcpgate/doctor"
 	"github.com/mcpgate/mcpgate/server"
 	"github.com/mcpgate/mcpgate/store"
+	"github.com/mcpgate/mcpgate/upstream"
 )
 
 type command struct {
@@ -53,6 +54,11 @@ func usage() {
 }
 
 func serve(ctx context.Context, _ []string) error {
+	// Grandchildren orphaned by a stopped server (npx → node) are adopted
+	// and reaped here, even without an init process in the container.
+	if err := upstream.BecomeSubreaper(); err != nil {
+		return err
+	}
 	return server.Run(ctx, os.Getenv, os.Stderr)
 }
 
