@@ -105,6 +105,8 @@ func newServer() *mcp.Server {
 		Description: "Wait for the given number of milliseconds, then answer",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
 	}, func(ctx context.Context, _ *mcp.CallToolRequest, in sleepIn) (*mcp.CallToolResult, empty, error) {
+		// Tests watch the server's log for this line to know a call is in flight.
+		fmt.Fprintf(os.Stderr, "sleep: started %d ms\n", in.Millis)
 		select {
 		case <-time.After(time.Duration(in.Millis) * time.Millisecond):
 		case <-ctx.Done():
