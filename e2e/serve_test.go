@@ -91,8 +91,14 @@ func (g *gateway) drain() string {
 
 // stop sends SIGTERM and waits for a clean exit.
 func (g *gateway) stop(t *testing.T) {
-	if g.cmd.ProcessState != nil {
+	if g.cmd == nil {
+		return // not a process of ours (the proxy in front of replicas)
+	}
+	select {
+	case err := <-g.done:
+		g.done <- err // exited already (stopped before, or killed by the test)
 		return
+	default:
 	}
 	g.cmd.Process.Signal(syscall.SIGTERM)
 	select {
