@@ -145,6 +145,18 @@ func TestMCPThroughTheBinary(t *testing.T) {
 	if c != 200 || !strings.Contains(string(b), `"state":"ready"`) || !strings.Contains(string(b), `"source":"server-mode"`) {
 		t.Fatalf("server object: %d %s", c, b)
 	}
+	_, b = g.request(t, "GET", "/metrics", "")
+	for _, want := range []string{
+		`mcpgate_tool_calls_total{server="echo",variant="read",outcome="ok"} 1`,
+		`mcpgate_tool_calls_total{server="echo",variant="destructive",outcome="refused"} 1`,
+		`mcpgate_upstream_up{server="echo",state="ready"} 1`,
+		`mcpgate_upstream_starts{server="echo"} 1`,
+		`mcpgate_db_pool_connections{state="total"}`,
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 }
 
 // SIGTERM during a long tool call: the call completes, the gateway exits

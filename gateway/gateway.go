@@ -30,6 +30,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/catalog"
 	"github.com/mcpgate/mcpgate/isolation"
+	"github.com/mcpgate/mcpgate/metrics"
 	"github.com/mcpgate/mcpgate/settings"
 	"github.com/mcpgate/mcpgate/store"
 	"github.com/mcpgate/mcpgate/upstream"
@@ -121,6 +122,12 @@ type Options struct {
 	ActivityBuffer int
 	// ActivityFlushInterval is the longest a record waits; default 250 ms.
 	ActivityFlushInterval time.Duration
+	// Metrics, when set, receives tool calls by server and outcome, upstream
+	// states and starts.
+	Metrics *metrics.Registry
+	// Backoff is the restart policy of crashed upstreams; zero: upstream's
+	// default (10 s doubling to 5 min, reset after 10 min healthy).
+	Backoff upstream.Backoff
 	// DisableLocalhostProtection turns off the SDK's DNS-rebinding guard,
 	// for a gateway behind a reverse proxy on the same host.
 	DisableLocalhostProtection bool
@@ -128,18 +135,19 @@ type Options struct {
 
 // Gateway is one replica's MCP core.
 type Gateway struct {
-	opts     Options
-	log      *slog.Logger
-	sdkLog   *slog.Logger // warnings and errors only: the SDK logs every stateless request at info
-	store    *store.Store
-	sup      *upstream.Supervisor
-	cat      *catalog.Catalog
-	rec      *recorder
-	key      []byte
-	handler  http.Handler
-	mcpSrv   *mcp.Server
-	allSrv   *mcp.Server
-	launcher upstream.Launcher
+	toolCalls *metrics.Counter // nil without Options.Metrics
+	opts      Options
+	log       *slog.Logger
+	sdkLog    *slog.Logger // warnings and errors only: the SDK logs every stateless request at info
+	store     *store.Store
+	sup       *upstream.Supervisor
+	cat       *catalog.Catalog
+	rec       *recorder
+	key       []byte
+	handler   http.Handler
+	mcpSrv    *mcp.Server
+	allSrv    *mcp.Server
+	launcher  upstream.Launcher
 
 	mu      sync.RWMutex
 	servers map[string]*serverInfo // every server row, by name
@@ -231,6 +239,9 @@ func New(ctx context.Context, opts *Options) (*Gateway, error) {
 		OnToolsChanged:  g.toolsChanged,
 	})
 	g.rec = newRecorder(o.Store, log, o.ActivityBuffer, o.ActivityFlushInterval)
+	if o.Metrics != nil {
+		g.registerMetrics(o.Metrics)
+	}
 	g.mcpSrv = g.newMCPServer()
 	g.allSrv = g.newAllServer()
 	g.handler = g.newHandler()
@@ -437,9 +448,7 @@ func (g *Gateway) desired(r store.Server, cfg settings.Config) (upstream.Desired
 		URL: r.URL, Headers: r.Headers,
 		InitTimeout: time.Duration(cfg.Upstreams.InitTimeoutSeconds) * time.Second,
 		CallTimeout: time.Duration(cfg.Upstreams.CallTimeoutSeconds) * time.Second,
-		// A crashed server is back within about a second; repeated crashes
-		// still back off to minutes.
-		Backoff: upstream.Backoff{Initial: time.Second},
+		Backoff:     g.opts.Backoff,
 	}
 	d := upstream.Desired{Key: r.Name, Config: c}
 	if !r.Shared {

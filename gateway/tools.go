@@ -300,6 +300,13 @@ func (g *Gateway) call(ctx context.Context, c *Caller, extra *mcp.RequestExtra, 
 			rec.Detail = map[string]any{"arguments": json.RawMessage(args)}
 		}
 		g.rec.add(rec)
+		if g.toolCalls != nil {
+			label := rec.Server
+			if g.lookup(label) == nil {
+				label = "(unknown)" // client-chosen names must not grow the series
+			}
+			g.toolCalls.Inc(label, rec.Variant, rec.Outcome)
+		}
 	}()
 	name := server + ":" + tool
 	info, vis := g.visible(c, server)
