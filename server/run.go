@@ -257,6 +257,10 @@ func Run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 	// Children and containers stop after the listeners have drained.
 	defer closeGateway()
 
+	jobs, stopJobs := context.WithCancel(ctx)
+	defer stopJobs()
+	go retainActivity(jobs, st, host, log)
+
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("MCPGATE_LISTEN: %w", err)
@@ -369,6 +373,33 @@ func startGateway(ctx context.Context, cfg config.Config, log *slog.Logger, st *
 			runner.Close()
 		}
 	}, nil
+}
+
+// retainActivity deletes activity past activity.retention_days every hour;
+// with several replicas, one does it each time.
+func retainActivity(ctx context.Context, st *store.Store, host isolation.Host, log *slog.Logger) {
+	tick := time.NewTicker(time.Hour)
+	defer tick.Stop()
+	for {
+		c := settings.Defaults(isolation.DefaultGlobal(host))
+		if err := st.GetSetting(ctx, settings.Key, &c); err != nil && !errors.Is(err, store.ErrNotFound) && ctx.Err() == nil {
+			log.Warn("activity retention: reading settings", "err", err.Error())
+		}
+		n, ran, err := st.PruneActivity(ctx, time.Duration(c.Activity.RetentionDays)*24*time.Hour)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			log.Warn("activity retention", "err", err.Error())
+		case ran && n > 0:
+			log.Info("activity retention: deleted old records", "count", n, "retention_days", c.Activity.RetentionDays)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 func isLoopbackHost(h string) bool {

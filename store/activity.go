@@ -60,3 +60,26 @@ func nullTime(t time.Time) *time.Time {
 	}
 	return &t
 }
+
+// PruneActivity deletes activity older than keep, in batches. One replica
+// does it at a time: a replica that finds the job running elsewhere skips
+// it (ran is false).
+func (s *Store) PruneActivity(ctx context.Context, keep time.Duration) (deleted int64, ran bool, err error) {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(hashtext('mcpgate.activity_retention'))`).Scan(&ran); err != nil || !ran {
+			return err
+		}
+		for {
+			tag, err := tx.Exec(ctx, `DELETE FROM activity WHERE id IN (
+				SELECT id FROM activity WHERE at < now() - make_interval(secs => $1) LIMIT 5000)`, keep.Seconds())
+			if err != nil {
+				return err
+			}
+			deleted += tag.RowsAffected()
+			if tag.RowsAffected() < 5000 {
+				return nil
+			}
+		}
+	})
+	return deleted, ran, err
+}

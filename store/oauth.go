@@ -106,16 +106,31 @@ func (s *Store) openOpt(v, aad string) ([]byte, error) {
 	return pt, nil
 }
 
+// rowQuerier is a pool or a transaction. Code holding a transaction reads
+// through it, never through the pool: a second connection per caller can
+// exhaust the pool when every connection's holder waits for another.
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 // GetServerOAuth returns a server's OAuth configuration; ErrNotFound when the
 // server has none.
 func (s *Store) GetServerOAuth(ctx context.Context, serverID int64) (ServerOAuth, error) {
+	return s.getServerOAuth(ctx, s.pool, serverID, false)
+}
+
+func (s *Store) getServerOAuth(ctx context.Context, q rowQuerier, serverID int64, forUpdate bool) (ServerOAuth, error) {
 	var (
 		c                 ServerOAuth
 		secret, reg, disc string
 	)
-	err := s.pool.QueryRow(ctx, `SELECT server_id, mode, client_id, client_secret, scopes, registration, discovery,
+	lock := ""
+	if forUpdate {
+		lock = " FOR UPDATE"
+	}
+	err := q.QueryRow(ctx, `SELECT server_id, mode, client_id, client_secret, scopes, registration, discovery,
 			created_at, updated_at
-		FROM server_oauth WHERE server_id = $1`, serverID).
+		FROM server_oauth WHERE server_id = $1`+lock, serverID).
 		Scan(&c.ServerID, &c.Mode, &c.ClientID, &secret, &c.Scopes, &reg, &disc, &c.CreatedAt, &c.UpdatedAt)
 	if err != nil {
 		return ServerOAuth{}, notFound(err)
@@ -208,12 +223,7 @@ func oauthTarget(ctx context.Context, tx pgx.Tx, serverID int64) string {
 func (s *Store) UpdateOAuthDiscovery(ctx context.Context, serverID int64,
 	learn func(cur ServerOAuth) (registration, discovery []byte, err error)) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var locked int64
-		if err := tx.QueryRow(ctx, `SELECT server_id FROM server_oauth WHERE server_id = $1 FOR UPDATE`,
-			serverID).Scan(&locked); err != nil {
-			return notFound(err)
-		}
-		cur, err := s.GetServerOAuth(ctx, serverID) // the row is ours: no one changes it meanwhile
+		cur, err := s.getServerOAuth(ctx, tx, serverID, true)
 		if err != nil {
 			return err
 		}
@@ -428,10 +438,12 @@ func (s *Store) DeleteOAuthToken(ctx context.Context, a Actor, serverID, userID 
 // UpdateOAuthToken runs change on the stored token under a row lock, so that
 // of several replicas refreshing the same token only one talks to the
 // authorization server and the others see its result. change may do network
-// I/O; it returns the token to store (nil: store nothing) and an error to
-// return after that token is committed, so a failure can be recorded.
+// I/O; it gets the server's OAuth configuration too, read in the same
+// transaction, and returns the token to store (nil: store nothing) and an
+// error to return after that token is committed, so a failure can be
+// recorded.
 func (s *Store) UpdateOAuthToken(ctx context.Context, serverID, userID int64,
-	change func(cur OAuthToken) (*OAuthToken, error)) (OAuthToken, error) {
+	change func(cur OAuthToken, cfg ServerOAuth) (*OAuthToken, error)) (OAuthToken, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return OAuthToken{}, err
@@ -442,7 +454,11 @@ func (s *Store) UpdateOAuthToken(ctx context.Context, serverID, userID int64,
 	if err != nil {
 		return OAuthToken{}, err
 	}
-	next, changeErr := change(cur)
+	cfg, err := s.getServerOAuth(ctx, tx, serverID, false)
+	if err != nil {
+		return OAuthToken{}, err
+	}
+	next, changeErr := change(cur, cfg)
 	if next == nil {
 		return cur, changeErr
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mcpgate/mcpgate/keyring"
 	"github.com/mcpgate/mcpgate/store"
@@ -178,5 +179,36 @@ func TestC5Rotation(t *testing.T) {
 	}
 	if _, err := kr.Open(backup, "servers/x/env/A"); !errors.Is(err, keyring.ErrKeyRetired) {
 		t.Fatalf("keyring on a retired key: %v", err)
+	}
+}
+
+// The retention job deletes old records only, and runs on one replica at a
+// time: while another holds the job's lock, it skips.
+func TestPruneActivity(t *testing.T) {
+	ctx := context.Background()
+	kr, _ := newKeyring(t)
+	st := store.New(db.Pool, kr)
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO activity (action, at) VALUES ('old', now() - interval '40 days'), ('old', now() - interval '31 days'), ('new', now())`); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('mcpgate.activity_retention'))`); err != nil {
+		t.Fatal(err)
+	}
+	if n, ran, err := st.PruneActivity(ctx, 30*24*time.Hour); err != nil || ran || n != 0 {
+		t.Fatalf("with the job held elsewhere: deleted %d, ran %v, %v", n, ran, err)
+	}
+	tx.Rollback(ctx)
+	n, ran, err := st.PruneActivity(ctx, 30*24*time.Hour)
+	if err != nil || !ran || n != 2 {
+		t.Fatalf("prune: deleted %d, ran %v, %v; want 2", n, ran, err)
+	}
+	var left int
+	db.Pool.QueryRow(ctx, `SELECT count(*) FROM activity WHERE action IN ('old', 'new')`).Scan(&left)
+	if left != 1 {
+		t.Fatalf("%d records left, want the new one", left)
 	}
 }
