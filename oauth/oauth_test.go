@@ -940,7 +940,10 @@ func TestURLChangeDropsToken(t *testing.T) {
 // no client register one client, so every one of them can finish.
 func TestConcurrentStartsRegisterOnce(t *testing.T) {
 	e := newEnv(t)
-	users := []int64{e.user("u1"), e.user("u2"), e.user("u3"), e.user("u4")}
+	var users []int64
+	for i := range 8 {
+		users = append(users, e.user(fmt.Sprintf("u%d", i)))
+	}
 	flows := make([]Authorization, len(users))
 	errs := make([]error, len(users))
 	var wg sync.WaitGroup
@@ -963,5 +966,23 @@ func TestConcurrentStartsRegisterOnce(t *testing.T) {
 		if got := e.mustWhoami(u); got != e.users[u] {
 			t.Fatalf("user %d ran as %q", u, got)
 		}
+	}
+	// More refreshes of different tokens at once than the pool has
+	// connections: none may wait for a second connection while holding one.
+	e.clock.Advance(2 * time.Hour)
+	for i, u := range users {
+		wg.Go(func() { _, errs[i] = e.m.Token(e.ctx, e.srv.ID, u, e.srv.URL) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("refresh %d: %v", i, err)
+		}
+	}
+	if _, _, r := e.as.counts(); r != len(users) {
+		t.Fatalf("%d refreshes, want %d", r, len(users))
+	}
+	if max := testDB.Pool.Config().MaxConns; int(max) >= len(users) {
+		t.Logf("the pool has %d connections: the exhaustion case is not exercised", max)
 	}
 }

@@ -200,7 +200,7 @@ func (m *Manager) refresh(ctx context.Context, serverID, owner int64, rejected s
 	defer unlock()
 	ctx, cancel := context.WithTimeout(ctx, m.timeout+5*time.Second)
 	defer cancel()
-	t, err := m.st.UpdateOAuthToken(ctx, serverID, owner, func(cur store.OAuthToken) (*store.OAuthToken, error) {
+	t, err := m.st.UpdateOAuthToken(ctx, serverID, owner, func(cur store.OAuthToken, cfg store.ServerOAuth) (*store.OAuthToken, error) {
 		now := m.now()
 		if cur.Status == store.OAuthExpired {
 			return nil, ErrExpired
@@ -215,10 +215,6 @@ func (m *Manager) refresh(ctx context.Context, serverID, owner int64, rejected s
 			next := cur
 			next.Status, next.LastError = store.OAuthExpired, "expired and no refresh token"
 			return &next, ErrExpired
-		}
-		cfg, err := m.st.GetServerOAuth(ctx, serverID)
-		if err != nil {
-			return nil, fmt.Errorf("reading OAuth configuration: %w", err)
 		}
 		d, cl, err := stored(cfg)
 		if err != nil {
