@@ -21,31 +21,32 @@ type serverCreate struct {
 	Quarantined *bool             `json:"quarantined"`
 	Shared      *bool             `json:"shared"`
 	Isolation   *isolationPatch   `json:"isolation"`
+	OAuth       *oauthInput       `json:"oauth"`
 }
 
 // decodeServerCreate parses a POST body into a new server (not yet owned).
-func decodeServerCreate(body []byte, admin bool) (store.Server, error) {
+func decodeServerCreate(body []byte, admin bool) (store.Server, *oauthInput, error) {
 	var in serverCreate
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(body, &top); err != nil || top == nil {
-		return store.Server{}, badRequest("body must be a JSON object")
+		return store.Server{}, nil, badRequest("body must be a JSON object")
 	}
 	if err := exactKeys(top, serverCreate{}, ""); err != nil {
-		return store.Server{}, err
+		return store.Server{}, nil, err
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&in); err != nil {
-		return store.Server{}, badRequest("invalid body: %s", strings.TrimPrefix(err.Error(), "json: "))
+		return store.Server{}, nil, badRequest("invalid body: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
 	if in.Isolation != nil && in.Isolation.Enabled.IsSpecified() {
-		return store.Server{}, readOnly("isolation.enabled")
+		return store.Server{}, nil, readOnly("isolation.enabled")
 	}
 	if !admin && in.Shared != nil && *in.Shared {
-		return store.Server{}, badRequest("%s; members add personal servers", describeChange("shared"))
+		return store.Server{}, nil, badRequest("%s; members add personal servers", describeChange("shared"))
 	}
 	if !admin && in.Quarantined != nil {
-		return store.Server{}, badRequest("%s; new servers start quarantined until approved", describeChange("quarantined"))
+		return store.Server{}, nil, badRequest("%s; new servers start quarantined until approved", describeChange("quarantined"))
 	}
 	srv := store.Server{
 		Name: in.Name, Protocol: in.Protocol, Command: in.Command, Args: in.Args, Env: in.Env, URL: in.URL,
@@ -69,5 +70,5 @@ func decodeServerCreate(body []byte, admin bool) (store.Server, error) {
 	if in.Isolation != nil {
 		srv = applyServerPatch(srv, serverPatch{Isolation: nullableOf(*in.Isolation)})
 	}
-	return srv, nil
+	return srv, in.OAuth, nil
 }

@@ -24,7 +24,9 @@ import (
 	"github.com/mcpgate/mcpgate/gateway"
 	"github.com/mcpgate/mcpgate/internal/testbin"
 	"github.com/mcpgate/mcpgate/isolation"
+	"github.com/mcpgate/mcpgate/oauth"
 	"github.com/mcpgate/mcpgate/openapi"
+	"github.com/mcpgate/mcpgate/settings"
 	"github.com/mcpgate/mcpgate/store"
 	"github.com/mcpgate/mcpgate/store/storetest"
 )
@@ -39,6 +41,13 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	testDB = db
+	// Each test makes personal servers of its own: room for them all.
+	def := settings.Defaults("sandbox")
+	def.Upstreams.MaxPersonalInstances = 100
+	if _, err := store.New(db.Pool, nil).InitSetting(ctx, settings.Key, def); err != nil {
+		fmt.Fprintln(os.Stderr, "test settings:", err)
+		os.Exit(1)
+	}
 	code := m.Run()
 	os.RemoveAll(keyDir)
 	db.Close()
@@ -115,7 +124,11 @@ func newHarness(t *testing.T, host isolation.Host) *harness {
 	t.Helper()
 	st := store.New(testDB.Pool, testSealer(t))
 	log := slog.New(slog.NewJSONHandler(&allLogs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	s, err := New(Options{Store: st, Log: log, AdminToken: adminToken, ReplicaID: "test", Version: "test",
+	om, err := oauth.New(st, &oauth.Options{PublicURL: "http://127.0.0.1:8080", Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Store: st, Log: log, AdminToken: adminToken, ReplicaID: "test", Version: "test", OAuth: om,
 		HostFunc: func() isolation.Host { return host }, ExtraArgs: docker.ValidateExtraArgs,
 		Doctor: func(ctx context.Context) doctor.Report {
 			return doctor.Run(ctx, doctor.Inputs{Store: st, Host: host,

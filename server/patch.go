@@ -18,7 +18,7 @@ import (
 
 // serverReadOnly are the fields of a server object that no request may
 // set; a client that echoes a GET back learns to drop them.
-var serverReadOnly = []string{"name", "owner", "quarantined", "isolation_effective", "status", "created_at", "updated_at"}
+var serverReadOnly = []string{"name", "owner", "quarantined", "isolation_effective", "status", "oauth", "created_at", "updated_at"}
 
 type isolationPatch struct {
 	Enabled         nullable.Nullable[bool]           `json:"enabled"`

@@ -60,6 +60,7 @@ var readOnlyHints = map[string]string{
 	"isolation.enabled":   "isolation.enabled is read-only (the effective state); send isolation.enabled_override: true, false, or null to inherit the global setting",
 	"isolation_effective": "isolation_effective is read-only (it is computed); change isolation.enabled_override or isolation.mode_override",
 	"quarantined":         "quarantined is read-only here; use POST /servers/{name}/approve or /quarantine",
+	"oauth":               "oauth is read-only here; configure it with PUT /servers/{name}/oauth/config, remove it with DELETE /servers/{name}/oauth/config",
 }
 
 func readOnly(field string) *Problem {

@@ -29,6 +29,7 @@ import (
 	"github.com/mcpgate/mcpgate/isolation"
 	"github.com/mcpgate/mcpgate/metrics"
 	"github.com/mcpgate/mcpgate/migrations"
+	"github.com/mcpgate/mcpgate/oauth"
 	"github.com/mcpgate/mcpgate/pglocal"
 	"github.com/mcpgate/mcpgate/sandbox"
 	"github.com/mcpgate/mcpgate/settings"
@@ -227,6 +228,10 @@ func Run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	om, err := oauth.New(st, &oauth.Options{PublicURL: cfg.PublicURL, Logger: log})
+	if err != nil {
+		return err
+	}
 	reg := metrics.NewRegistry()
 	reg.NewGaugeFunc("mcpgate_db_pool_connections", "Database pool connections by state.", []string{"state"}, func() []metrics.Sample {
 		st := db.Pool.Stat()
@@ -238,6 +243,7 @@ func Run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 	})
 	srv, err := New(Options{
 		Metrics: reg,
+		OAuth:   om,
 		Store:   st, Log: log, AdminToken: cfg.AdminToken, ReplicaID: cfg.ReplicaID, Version: Version,
 		HostFunc: func() isolation.Host { return host }, DockerAPIVersion: func() string { return dockerAPI },
 		JWT:       JWTOptions{SessionKey: sessionKey, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, JWKSURL: cfg.JWKSURL},

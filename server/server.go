@@ -25,6 +25,7 @@ import (
 	"github.com/mcpgate/mcpgate/isolation"
 	"github.com/mcpgate/mcpgate/metrics"
 	"github.com/mcpgate/mcpgate/migrations"
+	"github.com/mcpgate/mcpgate/oauth"
 	"github.com/mcpgate/mcpgate/openapi"
 	"github.com/mcpgate/mcpgate/store"
 )
@@ -49,6 +50,8 @@ type Options struct {
 	Doctor func(ctx context.Context) doctor.Report
 	// Metrics is the process's registry; nil makes a private one.
 	Metrics *metrics.Registry
+	// OAuth runs upstream OAuth flows; nil disables the oauth routes.
+	OAuth *oauth.Manager
 }
 
 // Server serves the HTTP API of one replica.
@@ -68,6 +71,7 @@ type Server struct {
 	httpRequests   *metrics.Counter
 	httpDuration   *metrics.Histogram
 	gw             *gateway.Gateway
+	oauth          *oauth.Manager
 }
 
 // SetGateway attaches the MCP core: /mcp and /mcp/all, and the live parts of
@@ -84,7 +88,7 @@ func New(opts Options) (*Server, error) {
 	s := &Server{
 		store: opts.Store, log: opts.Log, api: api, replicaID: opts.ReplicaID, version: opts.Version,
 		host: opts.HostFunc, dockerAPI: opts.DockerAPIVersion, extraArgs: opts.ExtraArgs,
-		doctor: opts.Doctor,
+		doctor: opts.Doctor, oauth: opts.OAuth,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -128,6 +132,7 @@ func (s *Server) Handler() http.Handler {
 	r.Get("/readyz", s.handle(s.readyz))
 	// The gateway authenticates MCP requests itself (the same token rules,
 	// answered the way MCP clients expect: 401 with WWW-Authenticate).
+	r.Get(oauth.CallbackPath, s.oauthCallback)
 	r.Handle("/mcp", s.mcpHandler())
 	r.Handle("/mcp/all", s.mcpHandler())
 	r.With(s.authenticate).Get("/metrics", s.handle(func(w http.ResponseWriter, r *http.Request) error {
@@ -169,6 +174,10 @@ func (s *Server) Handler() http.Handler {
 			r.Post("/servers/{name}/quarantine", s.handle(s.quarantineServer))
 			r.Get("/servers/{name}/tools", s.handle(s.listServerTools))
 			r.Get("/servers/{name}/logs", s.handle(s.getServerLogs))
+			r.Post("/servers/{name}/oauth/start", s.handle(s.startOAuth))
+			r.Delete("/servers/{name}/oauth", s.handle(s.forgetOAuth))
+			r.Put("/servers/{name}/oauth/config", s.handle(s.putOAuthConfig))
+			r.Delete("/servers/{name}/oauth/config", s.handle(s.deleteOAuthConfig))
 
 			r.Get("/tools", s.handle(s.searchTools))
 			r.Get("/config", s.handle(s.getConfig))

@@ -42,7 +42,16 @@ func (s *Server) view(ctx context.Context, srv store.Server) (serverView, error)
 	if err != nil {
 		return serverView{}, err
 	}
-	return viewServer(srv, resolveIsolation(srv, cfg.Isolation.GlobalMode, s.host()), s.liveStatus(srv.Name)), nil
+	return s.viewWith(ctx, srv, cfg.Isolation.GlobalMode)
+}
+
+func (s *Server) viewWith(ctx context.Context, srv store.Server, globalMode string) (serverView, error) {
+	v := viewServer(srv, resolveIsolation(srv, globalMode, s.host()), s.liveStatus(srv.Name))
+	var err error
+	if p := principal(ctx); p != nil {
+		v.OAuth, err = s.oauthView(ctx, p, srv)
+	}
+	return v, err
 }
 
 // liveStatus is what this replica's gateway knows of a server.
@@ -127,11 +136,14 @@ func (s *Server) listServers(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	host := s.host()
 	out := make([]serverView, 0, len(list))
 	for _, srv := range list {
 		if p.AllowsServer(srv.Name) {
-			out = append(out, viewServer(srv, resolveIsolation(srv, cfg.Isolation.GlobalMode, host), s.liveStatus(srv.Name)))
+			v, err := s.viewWith(r.Context(), srv, cfg.Isolation.GlobalMode)
+			if err != nil {
+				return err
+			}
+			out = append(out, v)
 		}
 	}
 	return writeJSON(w, http.StatusOK, map[string]any{"servers": out})
@@ -154,7 +166,7 @@ func (s *Server) createServer(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	srv, err := decodeServerCreate(body, p.IsAdmin())
+	srv, oauthIn, err := decodeServerCreate(body, p.IsAdmin())
 	if err != nil {
 		return err
 	}
@@ -162,11 +174,17 @@ func (s *Server) createServer(w http.ResponseWriter, r *http.Request) error {
 	if err := checkServer(&srv, s.extraArgs); err != nil {
 		return err
 	}
+	if oauthIn != nil && srv.Protocol == "stdio" {
+		return badRequest("oauth applies to remote (streamable-http, sse) servers only")
+	}
 	if err := s.checkMemberIsolation(r.Context(), srv); err != nil {
 		return err
 	}
 	created, err := s.store.CreateServer(r.Context(), p.Actor(r.Context()), srv)
 	if err != nil {
+		return err
+	}
+	if err := s.applyOAuth(r.Context(), p, created, oauthIn); err != nil {
 		return err
 	}
 	w.Header().Set("Location", "/api/v1/servers/"+created.Name)
@@ -189,6 +207,7 @@ func (s *Server) updateServer(w http.ResponseWriter, r *http.Request) error {
 	if patch.Shared.IsSpecified() && !p.IsAdmin() {
 		return badRequest("%s", describeChange("shared"))
 	}
+
 	updated, err := s.store.UpdateServer(r.Context(), p.Actor(r.Context()), p.Scope(), chi.URLParam(r, "name"), "server.update",
 		func(cur *store.Server) error {
 			next := applyServerPatch(*cur, patch)
@@ -204,6 +223,7 @@ func (s *Server) updateServer(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+
 	return s.writeServer(w, r, http.StatusOK, updated)
 }
 

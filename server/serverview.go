@@ -85,6 +85,7 @@ type serverView struct {
 	Isolation          isolationView       `json:"isolation"`
 	IsolationEffective isolation.Effective `json:"isolation_effective"`
 	Status             statusView          `json:"status"`
+	OAuth              oauthConfigView     `json:"oauth"`
 	CreatedAt          time.Time           `json:"created_at"`
 	UpdatedAt          time.Time           `json:"updated_at"`
 }

@@ -106,9 +106,28 @@ func (s *Store) RotateSecrets(ctx context.Context, batch int) (int, error) {
 	}
 }
 
+// RotateAllSecrets re-seals every secret the store keeps: server
+// definitions and upstream OAuth.
+func (s *Store) RotateAllSecrets(ctx context.Context, batch int) (int, error) {
+	n, err := s.RotateSecrets(ctx, batch)
+	if err != nil {
+		return n, err
+	}
+	m, err := s.RotateOAuthSecrets(ctx, batch)
+	return n + m, err
+}
+
 // SealedKeyCounts counts the stored secret values per key id, so an
 // operator can see when a key is no longer referenced and can be retired.
 func (s *Store) SealedKeyCounts(ctx context.Context) (map[string]int, error) {
+	counts, err := s.serverKeyCounts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return counts, s.AddOAuthSealedKeyCounts(ctx, counts)
+}
+
+func (s *Store) serverKeyCounts(ctx context.Context) (map[string]int, error) {
 	rows, _ := s.pool.Query(ctx, `
 		SELECT v FROM servers, jsonb_each_text(env) AS e(k, v)
 		UNION ALL SELECT v FROM servers, jsonb_each_text(headers) AS h(k, v)

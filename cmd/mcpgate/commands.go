@@ -254,7 +254,7 @@ func secretsCmd(ctx context.Context, args []string) error {
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
-		n, err := st.RotateSecrets(ctx, *batch)
+		n, err := st.RotateAllSecrets(ctx, *batch)
 		fmt.Printf("re-encrypted %d values under %s\n", n, kr.Primary())
 		return err
 	case "retire":
