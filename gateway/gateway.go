@@ -31,6 +31,7 @@ import (
 	"github.com/mcpgate/mcpgate/catalog"
 	"github.com/mcpgate/mcpgate/isolation"
 	"github.com/mcpgate/mcpgate/metrics"
+	"github.com/mcpgate/mcpgate/oauth"
 	"github.com/mcpgate/mcpgate/settings"
 	"github.com/mcpgate/mcpgate/store"
 	"github.com/mcpgate/mcpgate/upstream"
@@ -128,6 +129,11 @@ type Options struct {
 	// Backoff is the restart policy of crashed upstreams; zero: upstream's
 	// default (10 s doubling to 5 min, reset after 10 min healthy).
 	Backoff upstream.Backoff
+	// OAuth signs in to remote servers that have an OAuth configuration:
+	// their instances carry the service account's or each caller's token
+	// (see the mode), never the MCP client's own credentials. nil: OAuth
+	// configurations are ignored and such servers run without a token.
+	OAuth *oauth.Manager
 	// DisableLocalhostProtection turns off the SDK's DNS-rebinding guard,
 	// for a gateway behind a reverse proxy on the same host.
 	DisableLocalhostProtection bool
@@ -156,6 +162,20 @@ type Gateway struct {
 	// restarted notes local restarts, so the notification the restart
 	// route sends does not restart the same instance twice.
 	restarted map[string]time.Time
+	// catSource maps a per-user server to the instance key its catalog
+	// listing comes from.
+	catSource map[string]string
+
+	// recMu serializes reconciling the supervisor, which sync and the first
+	// call of a user to a per-user OAuth server both do. The fields below
+	// are the last sync's desired set; recMu guards them.
+	recMu       sync.Mutex
+	baseDesired []upstream.Desired          // everything but per-user instances
+	perUser     map[string]upstream.Desired // per-user OAuth servers, by name: the template of their instances
+	perUserID   map[string]int64            // their server ids
+	// users with an instance, by per-user server name; changed holding
+	// recMu and mu both, so either suffices to read it.
+	users map[string]map[int64]bool
 
 	inflight  atomic.Int64 // upstream calls in progress
 	syncs     atomic.Int64 // completed re-reads, for tests
@@ -176,6 +196,8 @@ type serverInfo struct {
 	Enabled     bool
 	Quarantined bool
 	Blocked     string // why the server cannot run here ("docker-unavailable"); "" runs
+	URL         string
+	OAuth       string // "" (none), store.OAuthShared or store.OAuthPerUser
 }
 
 // New loads the servers, pins and settings, starts the shared servers and
@@ -210,6 +232,10 @@ func New(ctx context.Context, opts *Options) (*Gateway, error) {
 		servers:   map[string]*serverInfo{},
 		pins:      map[string]map[string]string{},
 		restarted: map[string]time.Time{},
+		perUser:   map[string]upstream.Desired{},
+		perUserID: map[string]int64{},
+		users:     map[string]map[int64]bool{},
+		catSource: map[string]string{},
 		kick:      make(chan struct{}, 1),
 	}
 	g.auth.ttl = o.AuthCacheTTL
@@ -370,26 +396,57 @@ func (g *Gateway) sync(ctx context.Context) error {
 	}
 	infos := make(map[string]*serverInfo, len(rows))
 	desired := make([]upstream.Desired, 0, len(rows))
+	perUser := map[string]upstream.Desired{}
+	perUserID := map[string]int64{}
 	for _, r := range rows {
 		info := &serverInfo{ID: r.ID, Name: r.Name, Protocol: r.Protocol, Shared: r.Shared, OwnerID: r.OwnerID,
-			Enabled: r.Enabled, Quarantined: r.Quarantined}
+			Enabled: r.Enabled, Quarantined: r.Quarantined, URL: r.URL}
+		if r.Enabled {
+			if info.OAuth, err = g.oauthMode(ctx, r); err != nil {
+				return err
+			}
+		}
 		d, blocked := g.desired(r, cfg)
 		info.Blocked = blocked
 		infos[r.Name] = info
-		if r.Enabled && blocked == "" {
+		if !r.Enabled || blocked != "" {
+			continue
+		}
+		switch info.OAuth {
+		case store.OAuthPerUser:
+			perUser[r.Name], perUserID[r.Name] = d, r.ID
+		case store.OAuthShared:
+			desired = append(desired, g.withOAuth(d, r.ID, 0))
+		default:
 			desired = append(desired, d)
 		}
 	}
+
+	g.recMu.Lock()
+	defer g.recMu.Unlock()
 	g.mu.Lock()
-	for name := range g.servers {
-		if n := infos[name]; n == nil || !n.Enabled || n.Blocked != "" {
+	for name, old := range g.servers {
+		n := infos[name]
+		if n == nil || !n.Enabled || n.Blocked != "" {
 			g.cat.Remove(name)
+		}
+		if n == nil || n.OAuth != old.OAuth || n.URL != old.URL {
+			// Another mode or URL: the old listing's source no longer runs.
+			delete(g.catSource, name)
 		}
 	}
 	g.servers, g.pins, g.cfg = infos, pins, cfg
 	g.mu.Unlock()
 
-	if err := g.sup.Reconcile(ctx, desired); err != nil {
+	g.mu.Lock()
+	for name := range g.users {
+		if _, ok := perUser[name]; !ok {
+			delete(g.users, name)
+		}
+	}
+	g.mu.Unlock()
+	g.baseDesired, g.perUser, g.perUserID = desired, perUser, perUserID
+	if err := g.reconcileLocked(ctx); err != nil {
 		return err
 	}
 	g.syncs.Add(1)
@@ -404,6 +461,10 @@ func (g *Gateway) restartIfLive(name string) {
 	recent := time.Since(g.restarted[name]) < 2*time.Second
 	g.mu.RUnlock()
 	if recent {
+		return
+	}
+	if info := g.lookup(name); info != nil && info.OAuth == store.OAuthPerUser {
+		g.restartUsers(name, "")
 		return
 	}
 	inst, ok := g.sup.Instance(name)
@@ -461,14 +522,25 @@ func (g *Gateway) desired(r store.Server, cfg settings.Config) (upstream.Desired
 }
 
 func (g *Gateway) toolsChanged(key string, tools []*mcp.Tool) {
-	g.mu.RLock()
-	info := g.servers[key]
-	g.mu.RUnlock()
+	name := serverOfKey(key)
+	g.mu.Lock()
+	info := g.servers[name]
 	if info == nil || !info.Enabled {
+		g.mu.Unlock()
 		return // removed meanwhile: a late listing must not bring it back
 	}
-	if err := g.cat.Replace(key, tools); err != nil {
-		g.log.Warn("indexing tools", "server", key, "err", err)
+	if key != name {
+		// A per-user server: the first user instance to list speaks for
+		// the server (see oauth.go).
+		if src := g.catSource[name]; src != "" && src != key {
+			g.mu.Unlock()
+			return
+		}
+		g.catSource[name] = key
+	}
+	g.mu.Unlock()
+	if err := g.cat.Replace(name, tools); err != nil {
+		g.log.Warn("indexing tools", "server", name, "err", err)
 	}
 }
 

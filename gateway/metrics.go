@@ -21,8 +21,8 @@ func (g *Gateway) registerMetrics(reg *metrics.Registry) {
 		[]string{"server"}, func() []metrics.Sample {
 			var out []metrics.Sample
 			for _, name := range g.serverNames() {
-				if st, ok := g.sup.Status(name); ok {
-					out = append(out, metrics.Sample{Labels: []string{name}, Value: float64(st.Starts)})
+				if n, ok := g.starts(name); ok {
+					out = append(out, metrics.Sample{Labels: []string{name}, Value: float64(n)})
 				}
 			}
 			return out

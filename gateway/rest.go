@@ -38,10 +38,22 @@ func (g *Gateway) Status(name string) Status {
 	if info.Blocked != "" {
 		return Status{State: string(upstream.StateError), LastError: "cannot run on this replica: " + info.Blocked}
 	}
-	st, ok := g.sup.Status(name)
-	if !ok {
-		return Status{State: string(upstream.StateStopped)}
+	if info.OAuth == store.OAuthPerUser {
+		return g.perUserStatus(info)
 	}
+	return g.statusOf(info, name)
+}
+
+// statusOf is the status of the instance key of server info.
+func (g *Gateway) statusOf(info *serverInfo, key string) Status {
+	st, ok := g.sup.Status(key)
+	if !ok {
+		st = upstream.Status{State: upstream.StateStopped}
+	}
+	return statusFrom(info, st)
+}
+
+func statusFrom(info *serverInfo, st upstream.Status) Status {
 	out := Status{State: string(st.State), LastError: st.LastError, ToolCount: st.ToolCount}
 	if !st.ConnectedSince.IsZero() {
 		t := st.ConnectedSince
@@ -75,7 +87,7 @@ func (g *Gateway) Tools(ctx context.Context, name string) ([]ToolState, error) {
 	if err != nil {
 		return nil, err
 	}
-	entries, err := g.currentTools(ctx, info)
+	entries, err := g.currentTools(ctx, info, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -114,14 +126,30 @@ func (g *Gateway) known(ctx context.Context, name string) (*serverInfo, error) {
 }
 
 // currentTools returns the server's listing, starting a never-listed
-// enabled server first.
-func (g *Gateway) currentTools(ctx context.Context, info *serverInfo) ([]catalog.Entry, error) {
+// enabled server first. An OAuth server is started with userID's token
+// (the shared one in shared mode); a per-user one that never listed is
+// left alone when userID is 0.
+func (g *Gateway) currentTools(ctx context.Context, info *serverInfo, userID int64) ([]catalog.Entry, error) {
 	only := func(s string) bool { return s == info.Name }
 	entries := g.cat.List(only)
 	if len(entries) > 0 || !info.Enabled || info.Blocked != "" {
 		return entries, nil
 	}
-	inst, release, err := g.sup.Acquire(ctx, info.Name)
+	key := info.Name
+	if g.opts.OAuth != nil && isRemote(info.Protocol, info.URL) {
+		if info.OAuth == store.OAuthPerUser && userID == 0 {
+			return entries, nil
+		}
+		name := info.Name
+		var err error
+		if key, info, err = g.oauthKey(ctx, &Caller{UserID: userID}, info); err != nil {
+			return nil, fmt.Errorf("starting server %q: %w", name, err)
+		}
+		if entries = g.cat.List(only); len(entries) > 0 {
+			return entries, nil
+		}
+	}
+	inst, release, err := g.sup.Acquire(ctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("starting server %q: %w", info.Name, err)
 	}
@@ -131,7 +159,7 @@ func (g *Gateway) currentTools(ctx context.Context, info *serverInfo) ([]catalog
 	}
 	// The listing reaches the catalog from the instance's callback, which
 	// has run by the time the instance reports ready.
-	g.toolsChanged(info.Name, inst.Tools())
+	g.toolsChanged(key, inst.Tools())
 	return g.cat.List(only), nil
 }
 
@@ -184,7 +212,17 @@ func (g *Gateway) Restart(ctx context.Context, a store.Actor, name string) error
 	if err := g.store.RequestRestart(ctx, a, name); err != nil {
 		return fmt.Errorf("restarting %q: %w", name, err)
 	}
-	if err := g.sup.Restart(ctx, name); err != nil {
+	key := name
+	if g.opts.OAuth != nil && isRemote(info.Protocol, info.URL) {
+		if info.OAuth == store.OAuthPerUser {
+			// The others'; the actor's is restarted and waited for below.
+			g.restartUsers(name, userKey(name, a.UserID))
+		}
+		if key, _, err = g.oauthKey(ctx, &Caller{UserID: a.UserID}, info); err != nil {
+			return fmt.Errorf("restarting %q: %w", name, err)
+		}
+	}
+	if err := g.sup.Restart(ctx, key); err != nil {
 		return fmt.Errorf("restarting %q: %w", name, err)
 	}
 	return nil
@@ -199,7 +237,7 @@ func (g *Gateway) Approve(ctx context.Context, a store.Actor, name string) (stor
 	if err != nil {
 		return store.Server{}, err
 	}
-	entries, err := g.currentTools(ctx, info)
+	entries, err := g.currentTools(ctx, info, a.UserID)
 	if err != nil {
 		return store.Server{}, fmt.Errorf("approving %q: %w", name, err)
 	}

@@ -91,23 +91,40 @@ func (g *Gateway) toolState(info *serverInfo, tool, pin string) string {
 func (g *Gateway) warmPersonal(ctx context.Context, c *Caller) {
 	g.mu.RLock()
 	var cold []string
+	var coldOAuth []*serverInfo
 	for name, info := range g.servers {
-		if info.Shared || info.OwnerID != c.UserID || !info.Enabled || info.Blocked != "" || !c.AllowsServer(name) {
+		if !info.Enabled || info.Blocked != "" || !c.AllowsServer(name) {
+			continue
+		}
+		if info.OAuth == "" && (info.Shared || info.OwnerID != c.UserID) {
 			continue
 		}
 		if len(g.cat.List(func(s string) bool { return s == name })) > 0 {
 			continue
 		}
+		if info.OAuth != "" {
+			coldOAuth = append(coldOAuth, info)
+			continue
+		}
 		cold = append(cold, name)
 	}
 	g.mu.RUnlock()
+	for _, info := range coldOAuth {
+		// Listed through the caller's session when they have a token.
+		if _, vis := g.visible(c, info.Name); !vis {
+			continue
+		}
+		if key, _, err := g.oauthKey(ctx, c, info); err == nil {
+			cold = append(cold, key)
+		}
+	}
 	if len(cold) == 0 {
 		return
 	}
 	g.warm(ctx, cold)
 }
 
-// warm starts the named lazy servers that never ran here and waits, within
+// warm starts the lazy instances of keys that never ran here and waits, within
 // ctx and a few seconds at most, for them to list their tools.
 func (g *Gateway) warm(ctx context.Context, cold []string) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -310,11 +327,29 @@ func (g *Gateway) call(ctx context.Context, c *Caller, extra *mcp.RequestExtra, 
 	}()
 	name := server + ":" + tool
 	info, vis := g.visible(c, server)
+	key := server
+	if vis && g.opts.OAuth != nil && isRemote(info.Protocol, info.URL) {
+		// The caller's own session (per-user) or the service account's,
+		// and only with a token: no token, no instance.
+		var err error
+		if key, info, err = g.oauthKey(ctx, c, info); err != nil {
+			var ae *authError
+			if errors.As(err, &ae) {
+				return errorResult("%v", ae), nil
+			}
+			if errors.Is(err, ErrNotFound) {
+				return errorResult("unknown tool %q: use retrieve_tools to find tools", name), nil
+			}
+			outcome = OutcomeError
+			return errorResult("server %q: %v", server, err), nil
+		}
+		info, vis = g.visible(c, server) // the re-read may have changed it
+	}
 	e, found := g.cat.Get(server, tool)
-	if vis && !found && !info.Shared {
-		// A personal server that never ran here (after a restart of the
-		// gateway, say) lists its tools on first use: this call.
-		g.warm(ctx, []string{server})
+	if vis && !found && (!info.Shared || info.OAuth != "") {
+		// A personal or OAuth server that never ran here (after a restart
+		// of the gateway, say) lists its tools on first use: this call.
+		g.warm(ctx, []string{key})
 		e, found = g.cat.Get(server, tool)
 	}
 	if !vis || !found {
@@ -335,7 +370,7 @@ func (g *Gateway) call(ctx context.Context, c *Caller, extra *mcp.RequestExtra, 
 		return errorResult("tool %q refused: %v", name, err), nil
 	}
 	g.inflight.Add(1)
-	res, err = g.sup.Call(ctx, server, tool, args)
+	res, err = g.sup.Call(ctx, key, tool, args)
 	g.inflight.Add(-1)
 	if err == nil {
 		outcome = OutcomeOK
@@ -352,6 +387,8 @@ func (g *Gateway) call(ctx context.Context, c *Caller, extra *mcp.RequestExtra, 
 	switch {
 	case errors.Is(err, upstream.ErrOwnerLimit):
 		return errorResult("server %q cannot start: %v; try again when one of your other servers is idle", server, err), nil
+	case info.OAuth != "" && needsAuthorization(err):
+		return errorResult("%v", &authError{server: server, shared: info.OAuth == store.OAuthShared, cause: err}), nil
 	case errors.Is(err, context.DeadlineExceeded):
 		return errorResult("server %q did not answer %s in time: %v", server, tool, err), nil
 	}

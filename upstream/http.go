@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
 )
 
 // headerTransport adds a server's configured headers (often credentials) to
@@ -80,4 +82,34 @@ func (t *headerTransport) refused() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.refusal
+}
+
+// Auth authorizes a remote upstream's requests, for servers that sign in
+// with OAuth. Instances with different IDs are different instances, so a
+// change of credentials (another user, another mode) replaces the session.
+type Auth struct {
+	// ID names the credentials the hooks use, for comparing configurations:
+	// the hooks themselves cannot be compared.
+	ID string
+	// Handler is the Streamable HTTP transport's OAuthHandler.
+	Handler auth.OAuthHandler `json:"-"`
+	// WrapTransport wraps the base transport of SSE sessions, whose SDK
+	// transport has no OAuth hook; it runs once per session.
+	WrapTransport func(base http.RoundTripper) (http.RoundTripper, error) `json:"-"`
+}
+
+// withoutAuthorization drops a configured Authorization header: with OAuth
+// on, the token is the only credential sent.
+func withoutAuthorization(h map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range h {
+		if strings.EqualFold(k, "Authorization") {
+			continue
+		}
+		if out == nil {
+			out = make(map[string]string, len(h))
+		}
+		out[k] = v
+	}
+	return out
 }

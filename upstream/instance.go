@@ -69,6 +69,9 @@ type Config struct {
 	// remote
 	URL     string
 	Headers map[string]string // sent only to URL's origin
+	// Auth, when set, authorizes the remote session's requests (OAuth); a
+	// configured Authorization header is then never sent.
+	Auth *Auth
 
 	InitTimeout    time.Duration // launch, initialize and first tools/list; default 60 s
 	CallTimeout    time.Duration // per tools/call; default 5 min
@@ -629,8 +632,22 @@ func (i *Instance) connect(ctx context.Context) (*session, error) {
 		tr = &mcp.IOTransport{Reader: rc, Writer: child.Stdin(), MaxLineLength: i.cfg.MaxFrameBytes}
 		sopts = &mcp.ClientSessionOptions{ProtocolVersion: StdioProtocolVersion}
 	case ProtocolStreamableHTTP, ProtocolSSE:
+		base, headers := i.opts.HTTPTransport, i.cfg.Headers
+		a := i.cfg.Auth
+		if a != nil {
+			headers = withoutAuthorization(headers)
+			if i.cfg.Protocol == ProtocolSSE && a.WrapTransport != nil {
+				// The SSE transport has no OAuth hook: the wrapper sets the
+				// token under the origin check, which runs first.
+				w, err := a.WrapTransport(base)
+				if err != nil {
+					return fail(fmt.Errorf("authorizing: %w", err))
+				}
+				base = w
+			}
+		}
 		var err error
-		ht, err = newHeaderTransport(i.opts.HTTPTransport, i.cfg.URL, i.cfg.Headers)
+		ht, err = newHeaderTransport(base, i.cfg.URL, headers)
 		if err != nil {
 			return fail(err)
 		}
@@ -640,7 +657,11 @@ func (i *Instance) connect(ctx context.Context) (*session, error) {
 			// The SSE stream lives as long as Connect's ctx: sessCtx.
 			tr = &mcp.SSEClientTransport{Endpoint: i.cfg.URL, HTTPClient: hc}
 		} else {
-			tr = &mcp.StreamableClientTransport{Endpoint: i.cfg.URL, HTTPClient: hc}
+			st := &mcp.StreamableClientTransport{Endpoint: i.cfg.URL, HTTPClient: hc}
+			if a != nil {
+				st.OAuthHandler = a.Handler
+			}
+			tr = st
 		}
 	default:
 		return fail(fmt.Errorf("unknown protocol %q", i.cfg.Protocol))
