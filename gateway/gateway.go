@@ -5,7 +5,9 @@
 // describe_tool, call_tool_read|write|destructive, upstream_servers) on
 // /mcp and every permitted tool directly on /mcp/all. Calls are gated by
 // quarantine, tool pins, annotations and token scopes, and recorded in the
-// activity log in batches, off the call's path.
+// activity log in batches, off the call's path. Remote servers that sign in
+// with OAuth run one instance per user or one for the service account, and
+// only for callers with a token (see oauth.go).
 //
 // The gateway holds no state another replica needs: server rows, pins and
 // settings live in Postgres, and session ids are signed with a key every

@@ -26,6 +26,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/apikey"
 	"github.com/mcpgate/mcpgate/oauth"
+	"github.com/mcpgate/mcpgate/settings"
 	"github.com/mcpgate/mcpgate/store"
 	"github.com/mcpgate/mcpgate/upstream"
 )
@@ -492,6 +493,19 @@ func TestOAuthPerUser(t *testing.T) {
 		}
 	}
 	e.assertNoClientCredentials(aliceTok, bobTok, adminTok)
+
+	// Another replica has never listed the server: a search by a user with
+	// a token lists it through that user's own session.
+	g2 := e.gateway(func(o *Options) { o.OAuth = e.m })
+	alice2, _ := connect(t, e.serve(g2).URL+"/mcp", aliceTok)
+	hits := retrieve(t, alice2, "whoami account", 5)
+	if !slices.Contains(hitNames(hits), "protected:whoami") || hits[0].State != ToolApproved {
+		t.Fatalf("search on a fresh replica: %+v", hits)
+	}
+	if _, ok := g2.sup.Instance(userKey("protected", e.alice.ID)); !ok {
+		t.Fatal("the fresh replica did not list through alice's instance")
+	}
+	mustBe(t, whoamiVia(t, alice2, "protected"), "alice-account")
 }
 
 func TestOAuthShared(t *testing.T) {
@@ -557,5 +571,45 @@ func TestOAuthConfiguredLater(t *testing.T) {
 	}
 	if _, ok := e.g.sup.Instance(userKey("later", e.alice.ID)); !ok {
 		t.Fatal("alice's call did not go to an instance of her own")
+	}
+}
+
+// A user's per-user instance counts against their cap on live instances,
+// with their personal servers, and stops after the idle timeout.
+func TestOAuthPerUserCapAndIdle(t *testing.T) {
+	e := newOAuthEnv(t)
+	cfg := settings.Defaults("none")
+	cfg.Upstreams.MaxPersonalInstances = 1
+	cfg.Upstreams.IdleTimeoutSeconds = 1
+	if _, err := e.st.InitSetting(context.Background(), settings.Key, cfg); err != nil {
+		t.Fatal(err)
+	}
+	srv := e.addProtected("protected", store.OAuthPerUser)
+	e.addEcho(e.alice, "mine", false, nil)
+	e.start()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e.authorize(srv, e.alice, "alice-account")
+	for _, n := range []string{"protected", "mine"} {
+		if _, err := e.g.Approve(ctx, store.Actor{UserID: e.alice.ID}, n); err != nil {
+			t.Fatalf("approving %s: %v", n, err)
+		}
+	}
+	alice, _ := connect(t, e.mcp, e.token(e.alice, apikey.Personal, nil, nil))
+	mustBe(t, whoamiVia(t, alice, "protected"), "alice-account")
+	inst, ok := e.g.sup.Instance(userKey("protected", e.alice.ID))
+	if !ok {
+		t.Fatal("no instance for alice")
+	}
+	eventually(t, 10*time.Second, func() bool { return inst.State() == upstream.StateStopped },
+		"alice's idle per-user instance stops")
+
+	mustBe(t, whoamiVia(t, alice, "protected"), "alice-account")
+	res := callTool(t, alice, "call_tool_read", map[string]any{"name": "mine:echo", "args": map[string]any{"text": "x"}})
+	if res.IsError {
+		t.Fatalf("personal server: %s", resultText(res))
+	}
+	if inst.State() != upstream.StateStopped {
+		t.Fatalf("alice's per-user instance is %s after her personal server took the only slot", inst.State())
 	}
 }
