@@ -194,10 +194,10 @@ type protectedServer struct {
 	mu       sync.Mutex
 	authz    []string            // every Authorization header received
 	custom   []string            // every X-Custom header received
-	sessions map[string][]string // Mcp-Session-Id -> subjects seen on it
+	sessions map[string][]string // Mcp-Session-Id (or SSE sessionid) -> subjects seen on it
 }
 
-func newProtectedServer(t testing.TB, as *authServer) *protectedServer {
+func newProtectedServer(t testing.TB, as *authServer, sse bool) *protectedServer {
 	ps := &protectedServer{sessions: map[string][]string{}}
 	mux := http.NewServeMux()
 	ts := httptest.NewServer(mux)
@@ -207,12 +207,22 @@ func newProtectedServer(t testing.TB, as *authServer) *protectedServer {
 	prm := ts.URL + "/.well-known/oauth-protected-resource/mcp"
 	mux.Handle("/.well-known/oauth-protected-resource/mcp", auth.ProtectedResourceMetadataHandler(
 		&oauthex.ProtectedResourceMetadata{Resource: ps.endpoint, AuthorizationServers: []string{as.srv.URL}}))
-	s := mcp.NewServer(&mcp.Implementation{Name: "protected", Version: "1"}, nil)
-	mcp.AddTool(s, &mcp.Tool{Name: "whoami", Description: "Say whose account the call runs as",
-		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
-		func(_ context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
-			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: req.Extra.TokenInfo.UserID}}}, nil, nil
-		})
+	// streamOwner is the subject whose token opened the SSE stream: the
+	// SDK's SSE handler passes no token info to tools.
+	newServer := func(streamOwner string) *mcp.Server {
+		s := mcp.NewServer(&mcp.Implementation{Name: "protected", Version: "1"}, nil)
+		mcp.AddTool(s, &mcp.Tool{Name: "whoami", Description: "Say whose account the call runs as",
+			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+			func(_ context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+				who := streamOwner
+				if req.Extra != nil && req.Extra.TokenInfo != nil {
+					who = req.Extra.TokenInfo.UserID
+				}
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: who}}}, nil, nil
+			})
+		return s
+	}
+	s := newServer("")
 	verify := func(_ context.Context, tok string, r *http.Request) (*auth.TokenInfo, error) {
 		as.mu.Lock()
 		subject, ok := as.access[tok]
@@ -220,7 +230,11 @@ func newProtectedServer(t testing.TB, as *authServer) *protectedServer {
 		if !ok {
 			return nil, fmt.Errorf("%w: unknown token", auth.ErrInvalidToken)
 		}
-		if sid := r.Header.Get("Mcp-Session-Id"); sid != "" {
+		sid := r.Header.Get("Mcp-Session-Id")
+		if sid == "" {
+			sid = r.URL.Query().Get("sessionid") // SSE
+		}
+		if sid != "" {
 			ps.mu.Lock()
 			if !slices.Contains(ps.sessions[sid], subject) {
 				ps.sessions[sid] = append(ps.sessions[sid], subject)
@@ -229,8 +243,13 @@ func newProtectedServer(t testing.TB, as *authServer) *protectedServer {
 		}
 		return &auth.TokenInfo{UserID: subject, Expiration: time.Now().Add(time.Hour)}, nil
 	}
-	h := auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{ResourceMetadataURL: prm})(
-		mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
+	var mcpHandler http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
+	if sse {
+		mcpHandler = mcp.NewSSEHandler(func(r *http.Request) *mcp.Server {
+			return newServer(auth.TokenInfoFromContext(r.Context()).UserID)
+		}, nil)
+	}
+	h := auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{ResourceMetadataURL: prm})(mcpHandler)
 	mux.Handle("/mcp", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ps.mu.Lock()
 		ps.authz = append(ps.authz, r.Header.Get("Authorization"))
@@ -282,10 +301,10 @@ type oauthEnv struct {
 	mcp   string // the gateway's /mcp URL
 }
 
-func newOAuthEnv(t *testing.T) *oauthEnv {
+func newOAuthEnv(t testing.TB, sse bool) *oauthEnv {
 	e := &oauthEnv{env: newEnv(t), clock: &testClock{}}
 	e.as = newAuthServer(t)
-	e.ps = newProtectedServer(t, e.as)
+	e.ps = newProtectedServer(t, e.as, sse)
 	cb := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != oauth.CallbackPath {
 			http.NotFound(w, r)
@@ -317,9 +336,13 @@ func (e *oauthEnv) start() {
 // with OAuth in mode, and a configured Authorization header that must never
 // be sent once OAuth is on.
 func (e *oauthEnv) addProtected(name, mode string) store.Server {
+	return e.addProtectedAs(name, mode, "streamable-http")
+}
+
+func (e *oauthEnv) addProtectedAs(name, mode, protocol string) store.Server {
 	e.t.Helper()
 	ctx := context.Background()
-	s, err := e.st.CreateServer(ctx, store.Actor{UserID: e.admin.ID}, store.Server{Name: name, Protocol: "streamable-http",
+	s, err := e.st.CreateServer(ctx, store.Actor{UserID: e.admin.ID}, store.Server{Name: name, Protocol: protocol,
 		URL: e.ps.endpoint, Enabled: true, Quarantined: true, Shared: true, OwnerID: e.admin.ID,
 		Headers: map[string]string{"Authorization": "Bearer configured-secret", "X-Custom": "kept"}})
 	if err != nil {
@@ -395,7 +418,7 @@ func (e *oauthEnv) assertNoClientCredentials(gatewayTokens ...string) {
 }
 
 func TestOAuthPerUser(t *testing.T) {
-	e := newOAuthEnv(t)
+	e := newOAuthEnv(t, false)
 	srv := e.addProtected("protected", store.OAuthPerUser)
 	e.start()
 	aliceTok, bobTok := e.token(e.alice, apikey.Personal, nil, nil), e.token(e.bob, apikey.Personal, nil, nil)
@@ -509,7 +532,7 @@ func TestOAuthPerUser(t *testing.T) {
 }
 
 func TestOAuthShared(t *testing.T) {
-	e := newOAuthEnv(t)
+	e := newOAuthEnv(t, false)
 	srv := e.addProtected("svc", store.OAuthShared)
 	e.start()
 	aliceTok, bobTok := e.token(e.alice, apikey.Personal, nil, nil), e.token(e.bob, apikey.Personal, nil, nil)
@@ -547,7 +570,7 @@ func TestOAuthShared(t *testing.T) {
 // it (the configuration has no notification of its own) is re-read on the
 // next call, which then carries the caller's token.
 func TestOAuthConfiguredLater(t *testing.T) {
-	e := newOAuthEnv(t)
+	e := newOAuthEnv(t, false)
 	srv, err := e.st.CreateServer(context.Background(), store.Actor{UserID: e.admin.ID}, store.Server{Name: "later",
 		Protocol: "streamable-http", URL: e.ps.endpoint, Enabled: true, Shared: true, OwnerID: e.admin.ID})
 	if err != nil {
@@ -577,7 +600,7 @@ func TestOAuthConfiguredLater(t *testing.T) {
 // A user's per-user instance counts against their cap on live instances,
 // with their personal servers, and stops after the idle timeout.
 func TestOAuthPerUserCapAndIdle(t *testing.T) {
-	e := newOAuthEnv(t)
+	e := newOAuthEnv(t, false)
 	cfg := settings.Defaults("none")
 	cfg.Upstreams.MaxPersonalInstances = 1
 	cfg.Upstreams.IdleTimeoutSeconds = 1
@@ -612,4 +635,46 @@ func TestOAuthPerUserCapAndIdle(t *testing.T) {
 	if inst.State() != upstream.StateStopped {
 		t.Fatalf("alice's per-user instance is %s after her personal server took the only slot", inst.State())
 	}
+}
+
+// An SSE server gets the caller's token through the transport wrapper, and
+// a refused token is refreshed and the request retried.
+func TestOAuthPerUserSSE(t *testing.T) {
+	e := newOAuthEnv(t, true)
+	srv := e.addProtectedAs("legacy", store.OAuthPerUser, "sse")
+	e.start()
+	e.authorize(srv, e.alice, "alice-account")
+	e.authorize(srv, e.bob, "bob-account")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := e.g.Approve(ctx, store.Actor{UserID: e.admin.ID}, "legacy"); err == nil ||
+		!strings.Contains(err.Error(), "oauth/start") {
+		t.Fatalf("approving without a token of the approver's own: %v", err)
+	}
+	if _, err := e.g.Approve(ctx, store.Actor{UserID: e.alice.ID}, "legacy"); err != nil {
+		t.Fatalf("approving: %v", err)
+	}
+	aliceTok, bobTok := e.token(e.alice, apikey.Personal, nil, nil), e.token(e.bob, apikey.Personal, nil, nil)
+	alice, _ := connect(t, e.mcp, aliceTok)
+	bob, _ := connect(t, e.mcp, bobTok)
+	mustBe(t, whoamiVia(t, alice, "legacy"), "alice-account")
+	mustBe(t, whoamiVia(t, bob, "legacy"), "bob-account")
+
+	before := e.as.refreshCount()
+	e.as.revokeAccessOf("bob-account")
+	mustBe(t, whoamiVia(t, bob, "legacy"), "bob-account")
+	if e.as.refreshCount() != before+1 {
+		t.Fatalf("refreshes after the upstream refused bob's token: %d, want %d", e.as.refreshCount(), before+1)
+	}
+	mustBe(t, whoamiVia(t, alice, "legacy"), "alice-account")
+	_, _, sessions := e.ps.seen()
+	if len(sessions) < 2 {
+		t.Fatalf("the upstream saw %d sessions, want one per user (2)", len(sessions))
+	}
+	for sid, subjects := range sessions {
+		if len(subjects) != 1 {
+			t.Errorf("upstream session %s carried the tokens of %q", sid, subjects)
+		}
+	}
+	e.assertNoClientCredentials(aliceTok, bobTok)
 }
