@@ -678,3 +678,36 @@ func TestOAuthPerUserSSE(t *testing.T) {
 	}
 	e.assertNoClientCredentials(aliceTok, bobTok)
 }
+
+// BenchmarkOAuthCall measures a call through /mcp to a per-user OAuth
+// server (mode and token looked up in Postgres per call) against the same
+// call to a remote server without OAuth.
+func BenchmarkOAuthCall(b *testing.B) {
+	e := newOAuthEnv(b, false)
+	srv := e.addProtected("protected", store.OAuthPerUser)
+	plainURL, _ := remoteUpstream(b)
+	e.addRemote(e.admin, "plain", plainURL)
+	e.start()
+	e.authorize(srv, e.alice, "alice-account")
+	ctx := context.Background()
+	for _, n := range []string{"protected", "plain"} {
+		waitKnown(b, e.g, n)
+		if _, err := e.g.Approve(ctx, store.Actor{UserID: e.alice.ID}, n); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cs, _ := connect(b, e.mcp, e.token(e.alice, apikey.Personal, nil, nil))
+	for _, bc := range []struct {
+		name, tool string
+		args       map[string]any
+	}{{"oauth-per-user", "protected:whoami", map[string]any{}}, {"plain-remote", "plain:forecast", map[string]any{"city": "Oslo"}}} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "call_tool_read", Arguments: map[string]any{"name": bc.tool, "args": bc.args}})
+				if err != nil || res.IsError {
+					b.Fatalf("%v %s", err, resultText(res))
+				}
+			}
+		})
+	}
+}
