@@ -144,6 +144,7 @@ type Options struct {
 // Gateway is one replica's MCP core.
 type Gateway struct {
 	toolCalls *metrics.Counter // nil without Options.Metrics
+	syncMu    sync.Mutex       // serializes sync
 	opts      Options
 	log       *slog.Logger
 	sdkLog    *slog.Logger // warnings and errors only: the SDK logs every stateless request at info
@@ -384,6 +385,10 @@ func (g *Gateway) syncLoop(ctx context.Context) {
 
 // sync re-reads settings, servers and pins and reconciles the supervisor.
 func (g *Gateway) sync(ctx context.Context) error {
+	// Whole syncs, one at a time: one that read the database earlier must
+	// not apply its older picture over a newer one's.
+	g.syncMu.Lock()
+	defer g.syncMu.Unlock()
 	cfg, err := g.loadSettings(ctx)
 	if err != nil {
 		return err

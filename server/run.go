@@ -255,7 +255,7 @@ func Run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	gw, closeGateway, err := startGateway(ctx, cfg, log, st, srv, host, reg)
+	gw, closeGateway, err := startGateway(ctx, cfg, log, st, srv, host, reg, om)
 	if err != nil {
 		return err
 	}
@@ -319,7 +319,7 @@ func Run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 }
 
 // startGateway builds the MCP core with the launcher the host allows.
-func startGateway(ctx context.Context, cfg config.Config, log *slog.Logger, st *store.Store, srv *Server, host isolation.Host, reg *metrics.Registry) (*gateway.Gateway, func(), error) {
+func startGateway(ctx context.Context, cfg config.Config, log *slog.Logger, st *store.Store, srv *Server, host isolation.Host, reg *metrics.Registry, om *oauth.Manager) (*gateway.Gateway, func(), error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, nil, fmt.Errorf("locating the mcpgate binary for the sandbox wrapper: %w", err)
@@ -357,6 +357,7 @@ func startGateway(ctx context.Context, cfg config.Config, log *slog.Logger, st *
 		// A revoked token keeps working on /mcp for at most this long.
 		AuthCacheTTL:  time.Second,
 		Metrics:       reg,
+		OAuth:         om,
 		Admin:         srv,
 		RequestIDFunc: func(ctx context.Context, _ http.Header) string { return requestID(ctx) },
 		// The SDK's DNS-rebinding guard fits a gateway on localhost; one

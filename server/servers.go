@@ -46,20 +46,26 @@ func (s *Server) view(ctx context.Context, srv store.Server) (serverView, error)
 }
 
 func (s *Server) viewWith(ctx context.Context, srv store.Server, globalMode string) (serverView, error) {
-	v := viewServer(srv, resolveIsolation(srv, globalMode, s.host()), s.liveStatus(srv.Name))
+	var userID int64
+	p := principal(ctx)
+	if p != nil {
+		userID = p.User.ID
+	}
+	v := viewServer(srv, resolveIsolation(srv, globalMode, s.host()), s.liveStatus(srv.Name, userID))
 	var err error
-	if p := principal(ctx); p != nil {
+	if p != nil {
 		v.OAuth, err = s.oauthView(ctx, p, srv)
 	}
 	return v, err
 }
 
-// liveStatus is what this replica's gateway knows of a server.
-func (s *Server) liveStatus(name string) statusView {
+// liveStatus is what this replica's gateway knows of a server, as the user
+// sees it (a per-user OAuth server runs one instance per user).
+func (s *Server) liveStatus(name string, userID int64) statusView {
 	if s.gw == nil {
 		return statusView{State: "unknown"}
 	}
-	st := s.gw.Status(name)
+	st := s.gw.StatusFor(name, userID)
 	return statusView{State: st.State, LastError: st.LastError, ToolCount: st.ToolCount, ConnectedSince: st.ConnectedSince}
 }
 
