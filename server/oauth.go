@@ -88,9 +88,6 @@ func (s *Server) applyOAuth(ctx context.Context, p *Principal, srv store.Server,
 // may use the server for their own per-user token, its managers for the
 // shared one (or to configure OAuth on a server that has none).
 func (s *Server) mayAuthorize(ctx context.Context, p *Principal, srv store.Server) (mode string, err error) {
-	if err := requireUser(p); err != nil {
-		return "", err
-	}
 	if srv.Protocol == "stdio" {
 		return "", badRequest("oauth applies to remote (streamable-http, sse) servers only")
 	}
@@ -137,19 +134,27 @@ func (s *Server) deleteOAuthConfig(w http.ResponseWriter, r *http.Request) error
 	return nil
 }
 
-func (s *Server) startOAuth(w http.ResponseWriter, r *http.Request) error {
+// authorizationTarget is the server of an oauth route and the token mode
+// the caller may act on.
+func (s *Server) authorizationTarget(r *http.Request) (*Principal, store.Server, string, error) {
 	if s.oauth == nil {
-		return newProblem(http.StatusServiceUnavailable, "upstream OAuth is not configured on this replica")
+		return nil, store.Server{}, "", newProblem(http.StatusServiceUnavailable, "upstream OAuth is not configured on this replica")
 	}
 	p := principal(r.Context())
 	if err := requireUser(p); err != nil {
-		return err
+		return nil, store.Server{}, "", err
 	}
 	srv, err := s.visibleServer(r)
 	if err != nil {
-		return err
+		return nil, store.Server{}, "", err
 	}
-	if _, err := s.mayAuthorize(r.Context(), p, srv); err != nil {
+	mode, err := s.mayAuthorize(r.Context(), p, srv)
+	return p, srv, mode, err
+}
+
+func (s *Server) startOAuth(w http.ResponseWriter, r *http.Request) error {
+	p, srv, _, err := s.authorizationTarget(r)
+	if err != nil {
 		return err
 	}
 	a, err := s.oauth.Start(r.Context(), srv, p.User.ID)
@@ -163,18 +168,7 @@ func (s *Server) startOAuth(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) forgetOAuth(w http.ResponseWriter, r *http.Request) error {
-	if s.oauth == nil {
-		return newProblem(http.StatusServiceUnavailable, "upstream OAuth is not configured on this replica")
-	}
-	p := principal(r.Context())
-	if err := requireUser(p); err != nil {
-		return err
-	}
-	srv, err := s.visibleServer(r)
-	if err != nil {
-		return err
-	}
-	mode, err := s.mayAuthorize(r.Context(), p, srv)
+	p, srv, mode, err := s.authorizationTarget(r)
 	if err != nil {
 		return err
 	}
