@@ -175,3 +175,27 @@ func TestZZNoSecretAnywhere(t *testing.T) {
 		}
 	}
 }
+
+// C3 through the API: a ciphertext moved to another row does not decrypt,
+// and the answer is a 500 problem that carries neither value.
+func TestMovedCiphertextAnswersWithoutLeaking(t *testing.T) {
+	h := newHarness(t, isolation.Host{LandlockABI: 7})
+	_, adminPAT := h.user("admin")
+	a, b := unique("mv"), unique("mv")
+	for name, secret := range map[string]string{a: "moved-secret-aaaa-1111", b: "kept-secret-bbbb-2222"} {
+		if r := h.do("POST", "/api/v1/servers", adminPAT, fmt.Sprintf(`{"name":%q,"command":"npx","env":{"K":%q}}`, name, secret)); r.Status != 201 {
+			t.Fatalf("create %s: %d %s", name, r.Status, r.Body)
+		}
+	}
+	if _, err := testDB.Pool.Exec(context.Background(), `UPDATE servers SET env = (SELECT env FROM servers WHERE name = $1) WHERE name = $2`, a, b); err != nil {
+		t.Fatal(err)
+	}
+	r := h.do("GET", "/api/v1/servers/"+b, adminPAT, nil)
+	if r.Status != 500 || bytes.Contains(r.Body, []byte("secret")) || bytes.Contains(r.Body, []byte("v1:")) {
+		t.Fatalf("GET of a row with a moved ciphertext: %d %s", r.Status, r.Body)
+	}
+	// Put the row right again for the other tests that list every server.
+	if _, err := testDB.Pool.Exec(context.Background(), `DELETE FROM servers WHERE name = $1`, b); err != nil {
+		t.Fatal(err)
+	}
+}
