@@ -42,7 +42,7 @@ ENTRYPOINT ["mcpgate", "serve"]
 
 FROM ${FULL_BASE} AS full
 ARG VERSION=dev
-COPY bin/image/rootfs/usr/local/bin/mcpgate /usr/local/bin/mcpgate
+COPY bin/image/rootfs/usr/local/bin/ /usr/local/bin/
 COPY --chown=65532:65532 bin/image/data/ /data/
 ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     LANG=C.UTF-8 \

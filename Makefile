@@ -8,6 +8,7 @@ LDFLAGS := -s -w -X github.com/mcpgate/mcpgate/server.Version=$(VERSION)
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/mcpgate ./cmd/mcpgate
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o bin/mcpgate-sandbox ./cmd/mcpgate-sandbox
 
 # Runs the gateway on :8080 with a private PostgreSQL in ./data.
 run: build
@@ -33,6 +34,7 @@ DOCKER     ?= docker
 
 image:
 	CGO_ENABLED=0 $(GO) build -tags timetzdata -trimpath -ldflags '$(LDFLAGS)' -o bin/image/mcpgate ./cmd/mcpgate
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o bin/image/mcpgate-sandbox ./cmd/mcpgate-sandbox
 	deploy/image-context.sh bin/image/mcpgate bin/image
 	DOCKER_BUILDKIT=0 $(DOCKER) build --target slim --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) -t $(IMAGE):latest .
 
@@ -40,5 +42,6 @@ image:
 image-full:
 	MCPGATE_BASE_IMAGE=$(BASE_IMAGE) deploy/base/build.sh
 	CGO_ENABLED=0 $(GO) build -tags timetzdata -trimpath -ldflags '$(LDFLAGS)' -o bin/image/mcpgate ./cmd/mcpgate
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o bin/image/mcpgate-sandbox ./cmd/mcpgate-sandbox
 	deploy/image-context.sh bin/image/mcpgate bin/image
 	DOCKER_BUILDKIT=0 $(DOCKER) build --target full --build-arg FULL_BASE=$(BASE_IMAGE) --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION)-full -t $(IMAGE):full .

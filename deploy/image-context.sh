@@ -18,6 +18,12 @@ chmod 1777 "$out/rootfs/tmp"
 chmod 0755 "$out/data"
 cp "$bin" "$out/rootfs/usr/local/bin/mcpgate"
 chmod 0755 "$out/rootfs/usr/local/bin/mcpgate"
+# The small sandbox wrapper, when built beside the binary: sandboxed children
+# then skip the gateway's own start-up.
+if [ -x "$(dirname "$bin")/mcpgate-sandbox" ]; then
+	cp "$(dirname "$bin")/mcpgate-sandbox" "$out/rootfs/usr/local/bin/mcpgate-sandbox"
+	chmod 0755 "$out/rootfs/usr/local/bin/mcpgate-sandbox"
+fi
 cp "$ca" "$out/rootfs/etc/ssl/certs/ca-certificates.crt"
 chmod 0644 "$out/rootfs/etc/ssl/certs/ca-certificates.crt"
 printf 'root:x:0:0:root:/root:/sbin/nologin\nmcpgate:x:65532:65532:mcpgate:/data:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\n' >"$out/rootfs/etc/passwd"

@@ -31,7 +31,7 @@ var (
 func BenchmarkSpawnToInitialize(b *testing.B) {
 	need(b, os.Geteuid() == 0, "the sandbox case switches to uid %d and needs root", nobody)
 	echo := testbin.Build(b, "internal/cmd/mcpecho")
-	small := testbin.Build(b, "sandbox/internal/wrapper")
+	small := testbin.Build(b, "cmd/mcpgate-sandbox")
 	w := newWorld(b)
 	policy := w.policy(w.alpha, nobody)
 

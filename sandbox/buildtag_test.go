@@ -22,7 +22,7 @@ func TestLandlockTsyncTagFailsClosed(t *testing.T) {
 	w := newWorld(t)
 
 	bin := filepath.Join(w.base, "wrapper-tsync")
-	build := exec.Command("go", "build", "-tags", "landlocktsync", "-o", bin, "./sandbox/internal/wrapper")
+	build := exec.Command("go", "build", "-tags", "landlocktsync", "-o", bin, "./cmd/mcpgate-sandbox")
 	build.Dir = ".."
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {

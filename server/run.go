@@ -320,9 +320,9 @@ func Run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 
 // startGateway builds the MCP core with the launcher the host allows.
 func startGateway(ctx context.Context, cfg config.Config, log *slog.Logger, st *store.Store, srv *Server, host isolation.Host, reg *metrics.Registry, om *oauth.Manager) (*gateway.Gateway, func(), error) {
-	self, err := os.Executable()
+	self, err := sandboxWrapper()
 	if err != nil {
-		return nil, nil, fmt.Errorf("locating the mcpgate binary for the sandbox wrapper: %w", err)
+		return nil, nil, err
 	}
 	launcher := &upstream.IsolatingLauncher{
 		None: &upstream.ProcessLauncher{}, Self: self, DataDir: cfg.DataDir,
@@ -407,6 +407,20 @@ func retainActivity(ctx context.Context, st *store.Store, host isolation.Host, l
 		case <-tick.C:
 		}
 	}
+}
+
+// sandboxWrapper is the binary that runs `__sandbox_exec`: the small
+// mcpgate-sandbox next to this binary when it is there, else this binary.
+func sandboxWrapper() (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("locating the mcpgate binary for the sandbox wrapper: %w", err)
+	}
+	small := filepath.Join(filepath.Dir(self), "mcpgate-sandbox")
+	if st, err := os.Stat(small); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0 {
+		return small, nil
+	}
+	return self, nil
 }
 
 func isLoopbackHost(h string) bool {

@@ -35,7 +35,7 @@ func isolatingLauncher(t testing.TB, withDocker bool) (*IsolatingLauncher, strin
 	os.Chmod(data, 0o711)
 	l := &IsolatingLauncher{
 		None:    &ProcessLauncher{},
-		Self:    testbin.Build(t, "cmd/mcpgate"),
+		Self:    testbin.Build(t, "cmd/mcpgate-sandbox"),
 		DataDir: data,
 	}
 	if os.Geteuid() == 0 {
