@@ -32,9 +32,13 @@ type Config struct {
 	ShutdownTimeout   time.Duration
 	SandboxUID        int // MCPGATE_SANDBOX_UID; -1: children keep the gateway's uid
 	SandboxFailClosed bool
-	JWTIssuer         string // MCPGATE_JWT_ISSUER: external issuer whose JWTs are accepted
-	JWTAudience       string // MCPGATE_JWT_AUDIENCE
-	JWKSURL           string // MCPGATE_JWT_JWKS_URL
+	SandboxNoFile     uint64 // MCPGATE_SANDBOX_NOFILE
+	// OAuthUnboundCallbacks accepts OAuth callbacks from a browser that did
+	// not start the flow (MCPGATE_OAUTH_UNBOUND_CALLBACKS).
+	OAuthUnboundCallbacks bool
+	JWTIssuer             string // MCPGATE_JWT_ISSUER: external issuer whose JWTs are accepted
+	JWTAudience           string // MCPGATE_JWT_AUDIENCE
+	JWKSURL               string // MCPGATE_JWT_JWKS_URL
 }
 
 // Var documents one environment variable; the README's table is written from
@@ -58,6 +62,8 @@ var Vars = []Var{
 	{"MCPGATE_SHUTDOWN_TIMEOUT", "20s", "how long SIGTERM waits for in-flight requests"},
 	{"MCPGATE_SANDBOX_UID", "65534 when running as root, else unset", "uid (and gid) sandboxed children run as; -1 keeps the gateway's uid"},
 	{"MCPGATE_SANDBOX_FAIL_CLOSED", "false", "refuse to start sandboxed servers when Landlock is unavailable instead of running them degraded"},
+	{"MCPGATE_SANDBOX_NOFILE", "1024", "RLIMIT_NOFILE of sandboxed children"},
+	{"MCPGATE_OAUTH_UNBOUND_CALLBACKS", "false", "accept an upstream OAuth callback in a browser that did not start the flow (flows started from a CLI); weaker: whoever opens the link signs in for the user who started it"},
 	{"MCPGATE_JWT_ISSUER", "(unset)", "issuer (`iss`) of external JWTs to accept; requires MCPGATE_JWT_JWKS_URL"},
 	{"MCPGATE_JWT_AUDIENCE", "(unset)", "required audience (`aud`) of accepted JWTs"},
 	{"MCPGATE_JWT_JWKS_URL", "(unset)", "JWKS URL of the external issuer"},
@@ -90,6 +96,17 @@ func Load(getenv func(string) string, uid int) (Config, error) {
 	}
 	if c.SandboxFailClosed, err = parseBool(getenv, "MCPGATE_SANDBOX_FAIL_CLOSED", false); err != nil {
 		return c, err
+	}
+	if c.OAuthUnboundCallbacks, err = parseBool(getenv, "MCPGATE_OAUTH_UNBOUND_CALLBACKS", false); err != nil {
+		return c, err
+	}
+	c.SandboxNoFile = 1024
+	if v := getenv("MCPGATE_SANDBOX_NOFILE"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || n < 16 || n > 1<<20 {
+			return c, fmt.Errorf("MCPGATE_SANDBOX_NOFILE: %q is not a number of files from 16 to 1048576", v)
+		}
+		c.SandboxNoFile = n
 	}
 	if c.ShutdownTimeout, err = parseDuration(getenv, "MCPGATE_SHUTDOWN_TIMEOUT", 20*time.Second); err != nil {
 		return c, err

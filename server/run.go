@@ -228,7 +228,7 @@ func Run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	om, err := oauth.New(st, &oauth.Options{PublicURL: cfg.PublicURL, Logger: log})
+	om, err := oauth.New(st, &oauth.Options{PublicURL: cfg.PublicURL, Logger: log, AllowUnboundCallbacks: cfg.OAuthUnboundCallbacks})
 	if err != nil {
 		return err
 	}
@@ -326,7 +326,7 @@ func startGateway(ctx context.Context, cfg config.Config, log *slog.Logger, st *
 	}
 	launcher := &upstream.IsolatingLauncher{
 		None: &upstream.ProcessLauncher{}, Self: self, DataDir: cfg.DataDir,
-		FailClosed: cfg.SandboxFailClosed, MinABI: isolation.MinABI,
+		FailClosed: cfg.SandboxFailClosed, MinABI: isolation.MinABI, NoFile: cfg.SandboxNoFile,
 		DockerSettings: func() (docker.ImagePolicy, bool) {
 			c := settings.Defaults(isolation.DefaultGlobal(host))
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -190,3 +190,19 @@ func runProbe(t *testing.T, l Launcher, spec Spec) map[string]string {
 	}
 	return res
 }
+
+// The operator's RLIMIT_NOFILE reaches sandboxed children.
+func TestSandboxNoFile(t *testing.T) {
+	_, ok := sandbox.Available(sandbox.RecommendedMinABI)
+	require(t, ok, "Landlock ABI below the floor")
+	l, _ := isolatingLauncher(t, false)
+	probe := testbin.Build(t, "internal/cmd/escapeprobe")
+	spec := Spec{Server: "nofile", Command: probe, Args: []string{"nofile=100"}, Isolation: Isolation{Mode: "sandbox", NetworkMode: "none"}}
+	if got := runProbe(t, l, spec)["nofile"]; got != "allowed" {
+		t.Fatalf("100 files under the default limit: %q", got)
+	}
+	l.NoFile = 64
+	if got := runProbe(t, l, spec)["nofile"]; got != "denied: EMFILE" {
+		t.Fatalf("100 files under NoFile 64: %q, want denied: EMFILE", got)
+	}
+}

@@ -29,6 +29,8 @@ type IsolatingLauncher struct {
 	// or below MinABI; otherwise it runs degraded (rlimits only).
 	FailClosed bool
 	MinABI     int
+	// NoFile is RLIMIT_NOFILE of sandboxed children; 0 keeps the sandbox's default.
+	NoFile uint64
 	// Docker runs container children; nil means docker mode is unavailable.
 	Docker *docker.Runner
 	// DockerSettings returns the current image policy and pull permission.
@@ -63,6 +65,9 @@ func (l *IsolatingLauncher) launchSandbox(spec Spec) (Child, error) {
 		p.MinABI = l.MinABI
 	}
 	p.UID, p.GID = l.SandboxUID, l.SandboxGID
+	if l.NoFile > 0 {
+		p.NoFile = l.NoFile
+	}
 	if spec.Isolation.MemoryLimit != "" {
 		n, err := ParseBytes(spec.Isolation.MemoryLimit)
 		if err != nil {
