@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -189,8 +190,8 @@ func TestServeWithPrivatePostgres(t *testing.T) {
 		}
 	}
 	g.stop(t)
-	if out, _ := exec.Command("pgrep", "-f", filepath.Join(data, "pg")).Output(); len(out) > 0 {
-		t.Errorf("private PostgreSQL still running after the gateway stopped: pids %s", out)
+	if pids := processesWith(t, filepath.Join(data, "pg")); len(pids) > 0 {
+		t.Errorf("private PostgreSQL still running after the gateway stopped: pids %v", pids)
 	}
 
 	g2 := startGateway(t, "MCPGATE_DATA_DIR="+data)
@@ -225,4 +226,25 @@ func TestBadConfigurationNamesTheVariable(t *testing.T) {
 			t.Errorf("%s: err=%v output %q; want a failure naming %s", tt.env, err, out, tt.name)
 		}
 	}
+}
+
+// processesWith lists the pids whose command line contains s.
+func processesWith(t *testing.T, s string) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(cmd), s) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
