@@ -75,7 +75,7 @@ func (g *Gateway) oauthMode(ctx context.Context, r store.Server) (string, error)
 // (SSE), and a configured Authorization header is dropped.
 func (g *Gateway) withOAuth(d upstream.Desired, serverID, userID int64) upstream.Desired {
 	m, url := g.opts.OAuth, d.Config.URL
-	d.Config.Headers = withoutAuthorizationHeader(d.Config.Headers)
+	d.Config.Headers = upstream.WithoutAuthorization(d.Config.Headers)
 	d.Config.Auth = &upstream.Auth{
 		ID:      "oauth:" + strconv.FormatInt(serverID, 10) + ":" + strconv.FormatInt(userID, 10),
 		Handler: m.Handler(serverID, userID, url),
@@ -85,20 +85,6 @@ func (g *Gateway) withOAuth(d upstream.Desired, serverID, userID int64) upstream
 	}
 	d.Lazy = true
 	return d
-}
-
-func withoutAuthorizationHeader(h map[string]string) map[string]string {
-	var out map[string]string
-	for k, v := range h {
-		if strings.EqualFold(k, "Authorization") {
-			continue
-		}
-		if out == nil {
-			out = make(map[string]string, len(h))
-		}
-		out[k] = v
-	}
-	return out
 }
 
 // reconcileLocked hands the supervisor the servers of the last sync plus an

@@ -98,9 +98,9 @@ type Auth struct {
 	WrapTransport func(base http.RoundTripper) (http.RoundTripper, error) `json:"-"`
 }
 
-// withoutAuthorization drops a configured Authorization header: with OAuth
+// WithoutAuthorization drops a configured Authorization header: with OAuth
 // on, the token is the only credential sent.
-func withoutAuthorization(h map[string]string) map[string]string {
+func WithoutAuthorization(h map[string]string) map[string]string {
 	var out map[string]string
 	for k, v := range h {
 		if strings.EqualFold(k, "Authorization") {

@@ -635,7 +635,7 @@ func (i *Instance) connect(ctx context.Context) (*session, error) {
 		base, headers := i.opts.HTTPTransport, i.cfg.Headers
 		a := i.cfg.Auth
 		if a != nil {
-			headers = withoutAuthorization(headers)
+			headers = WithoutAuthorization(headers)
 			if i.cfg.Protocol == ProtocolSSE && a.WrapTransport != nil {
 				// The SSE transport has no OAuth hook: the wrapper sets the
 				// token under the origin check, which runs first.
