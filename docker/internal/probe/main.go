@@ -64,9 +64,12 @@ func main() {
 	case "hang":
 		signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGPIPE)
 		fmt.Println("hanging")
-		for { // a bare select{} would be a deadlock the runtime kills with status 2
-			time.Sleep(time.Hour)
-		}
+		// Wait for a signal that never comes: a bare select{} would be a
+		// deadlock the runtime kills with status 2, while a pending
+		// signal.Notify keeps the process legitimately blocked.
+		never := make(chan os.Signal, 1)
+		signal.Notify(never, syscall.SIGUSR2)
+		<-never
 	default:
 		fmt.Fprintln(os.Stderr, "unknown mode", os.Args[1])
 		os.Exit(2)
